@@ -1,0 +1,53 @@
+# Discord-PXE. The README's two commands are `make run` and `make test`.
+GO      ?= go
+OUT     ?= out
+DEPS    := tools/scripts/deps.sh
+# Go test timeout for the whole suite; CI gives make test 30 minutes.
+TEST_TIMEOUT ?= 25m
+
+.PHONY: all build image test test-scale bench run check fmt clean deps-build deps-test deps-bench
+
+all: image
+
+deps-build:
+	@$(DEPS) build
+deps-test:
+	@$(DEPS) build test
+deps-bench:
+	@$(DEPS) build test bench
+
+# The dpxe binary.
+build:
+	$(GO) build -o bin/dpxe ./cmd/dpxe
+
+# Assemble the kernel and write kernel.bin, netboot/, usb.img and manifest.json.
+image: deps-build
+	$(GO) run ./cmd/dpxe build --out $(OUT)
+
+# Static checks: formatting, vet, generated templ files up to date.
+check:
+	@tools/scripts/check.sh
+
+# Everything: static checks, the images, then every Go test (unit, fuzz
+# seeds, kernel self-tests and boot paths in QEMU, netboot in a namespace,
+# browser tests). Tests share the images in $(OUT).
+test: deps-test check image
+	DPXE_OUT=$(abspath $(OUT)) $(GO) test -timeout $(TEST_TIMEOUT) ./...
+
+# The heaviest scale tests, kept out of `make test` for time.
+test-scale: deps-test image
+	DPXE_OUT=$(abspath $(OUT)) DPXE_SCALE=1 $(GO) test -timeout 60m -run Scale ./...
+
+# Benchmarks, side by side with peers where the issue asks for a ratio.
+bench: deps-bench image
+	DPXE_OUT=$(abspath $(OUT)) DPXE_BENCH=1 $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./...
+
+# The main job on embedded defaults.
+run: deps-test image
+	tools/scripts/run.sh
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+clean:
+	rm -rf $(OUT) bin

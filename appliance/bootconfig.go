@@ -1,0 +1,396 @@
+package appliance
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// The node boot configuration is a list of key=value tokens separated by
+// white space. It travels on the kernel command line for netboot (iPXE,
+// QEMU -kernel -append, EFI load options) and in the file DPXE.CFG on USB
+// media. The kernel (kernel/core/cmdline.asm) applies exactly the rules of
+// ParseBootConfig; a test boots the kernel with the cases in
+// bootconfig_test.go and compares its verdicts.
+//
+// Rules:
+//   - tokens are separated by space, tab, CR or LF;
+//   - a token starting with '#' starts a comment that runs to the end of the line;
+//   - the first token is skipped when it has no '=' (boot loaders put the
+//     image name there: iPXE and QEMU both do);
+//   - every other token is key=value with a known key and a valid value;
+//   - a key may appear once;
+//   - only printable ASCII (0x21..0x7e) and the separators are allowed;
+//   - the whole text is at most MaxBootConfigLen bytes; a NUL byte ends it.
+
+// MaxBootConfigLen is the largest boot configuration, in bytes. DPXE.CFG on
+// USB media is exactly this long, padded with NUL bytes.
+const MaxBootConfigLen = 4096
+
+// MaxShardsPerNode is the number of local shard slots in the kernel.
+const MaxShardsPerNode = 128
+
+// MaxTotalShards bounds the global shard count the fleet accepts.
+const MaxTotalShards = 131072
+
+// MaxNodeIDLen bounds a node ID (seed 004).
+const MaxNodeIDLen = 64
+
+// BootConfig is a node's parsed boot configuration. The zero value means
+// "nothing configured"; fields that were not given keep their zero value and
+// their Has* flag stays false.
+type BootConfig struct {
+	NodeID      string // node=, the node's name at the controller
+	Controller  string // controller=, base URL of the controller API
+	Credential  string // cred=, the node's secret for check-in and Identify
+	Shards      uint32 // shards=, local shard count override (1..128)
+	TotalShards uint32 // total_shards=, global shard count override
+	Capacity    uint32 // capacity=, shards this node offers (1..128)
+	SelfTest    bool   // selftest=1 runs the self-tests and exits QEMU
+	Seed        uint32 // seed=, PRNG seed of the differential self-test
+
+	HasShards, HasTotalShards, HasCapacity, HasSeed bool
+}
+
+// ConfigError says which byte or key of a boot configuration is at fault.
+type ConfigError struct {
+	Offset int    // byte offset of the offending token
+	Key    string // the key, when the token had one
+	Reason string // what is wrong, in words
+}
+
+func (e *ConfigError) Error() string {
+	if e.Key != "" {
+		return fmt.Sprintf("boot config: byte %d: key %q: %s", e.Offset, e.Key, e.Reason)
+	}
+	return fmt.Sprintf("boot config: byte %d: %s", e.Offset, e.Reason)
+}
+
+// ErrConfigTooLong is returned for a configuration over MaxBootConfigLen bytes.
+var ErrConfigTooLong = errors.New("boot config: longer than 4096 bytes")
+
+// bootKey describes one configuration key: its name and how to check and
+// store its value.
+type bootKey struct {
+	name  string
+	doc   string
+	parse func(c *BootConfig, v string) error
+}
+
+// bootKeys is the table of every key the kernel accepts. Its names are
+// compared with the kernel's own table by a test.
+var bootKeys = []bootKey{
+	{"node", "node ID, 1-64 characters of A-Za-z0-9-_.", func(c *BootConfig, v string) error {
+		if err := ValidateNodeID(v); err != nil {
+			return err
+		}
+		c.NodeID = v
+		return nil
+	}},
+	{"controller", "controller base URL, http://host[:port][/path]", func(c *BootConfig, v string) error {
+		if err := validateControllerURL(v); err != nil {
+			return err
+		}
+		c.Controller = v
+		return nil
+	}},
+	{"cred", "node credential, 16-128 characters of A-Za-z0-9-_", func(c *BootConfig, v string) error {
+		if err := ValidateCredential(v); err != nil {
+			return err
+		}
+		c.Credential = v
+		return nil
+	}},
+	{"shards", "local shard count override, 1-128", func(c *BootConfig, v string) error {
+		n, err := parseBounded(v, 1, MaxShardsPerNode)
+		c.Shards, c.HasShards = n, err == nil
+		return err
+	}},
+	{"total_shards", "global shard count override, 1-131072", func(c *BootConfig, v string) error {
+		n, err := parseBounded(v, 1, MaxTotalShards)
+		c.TotalShards, c.HasTotalShards = n, err == nil
+		return err
+	}},
+	{"capacity", "shards this node offers the controller, 1-128", func(c *BootConfig, v string) error {
+		n, err := parseBounded(v, 1, MaxShardsPerNode)
+		c.Capacity, c.HasCapacity = n, err == nil
+		return err
+	}},
+	{"selftest", "1 runs the kernel self-tests and powers off, 0 does not", func(c *BootConfig, v string) error {
+		n, err := parseBounded(v, 0, 1)
+		c.SelfTest = n == 1
+		return err
+	}},
+	{"seed", "seed of the differential self-test, 0-4294967295", func(c *BootConfig, v string) error {
+		n, err := parseBounded(v, 0, 1<<32-1)
+		c.Seed, c.HasSeed = n, err == nil
+		return err
+	}},
+}
+
+// BootConfigKeys returns the accepted keys in the kernel's table order.
+func BootConfigKeys() []string {
+	out := make([]string, len(bootKeys))
+	for i, k := range bootKeys {
+		out[i] = k.name
+	}
+	return out
+}
+
+// BootConfigKeyDoc returns a one-line description of key, or "" if unknown.
+func BootConfigKeyDoc(key string) string {
+	for _, k := range bootKeys {
+		if k.name == key {
+			return k.doc
+		}
+	}
+	return ""
+}
+
+func isSeparator(b byte) bool { return b == ' ' || b == '\t' || b == '\r' || b == '\n' }
+
+// ParseBootConfig parses and validates a boot configuration. It reads up to
+// the first NUL byte. The returned error is a *ConfigError naming the byte
+// offset and key at fault, or ErrConfigTooLong.
+func ParseBootConfig(text []byte) (BootConfig, error) {
+	var c BootConfig
+	if len(text) > MaxBootConfigLen {
+		return c, ErrConfigTooLong
+	}
+	for i, b := range text {
+		if b == 0 {
+			text = text[:i]
+			break
+		}
+	}
+	seen := map[string]bool{}
+	first := true
+	i := 0
+	for i < len(text) {
+		b := text[i]
+		if isSeparator(b) {
+			i++
+			continue
+		}
+		if b == '#' { // comment to end of line
+			for i < len(text) && text[i] != '\n' {
+				i++
+			}
+			continue
+		}
+		start := i
+		for i < len(text) && !isSeparator(text[i]) {
+			if text[i] < 0x21 || text[i] > 0x7e {
+				return c, &ConfigError{Offset: i, Reason: fmt.Sprintf("byte 0x%02x is not printable ASCII", text[i])}
+			}
+			i++
+		}
+		tok := string(text[start:i])
+		eq := strings.IndexByte(tok, '=')
+		if eq < 0 {
+			if first {
+				first = false // the boot loader's image name
+				continue
+			}
+			return c, &ConfigError{Offset: start, Reason: fmt.Sprintf("token %q is not key=value", clip(tok))}
+		}
+		first = false
+		key, val := tok[:eq], tok[eq+1:]
+		var k *bootKey
+		for j := range bootKeys {
+			if bootKeys[j].name == key {
+				k = &bootKeys[j]
+				break
+			}
+		}
+		if k == nil {
+			return c, &ConfigError{Offset: start, Key: clip(key), Reason: "unknown key"}
+		}
+		if seen[key] {
+			return c, &ConfigError{Offset: start, Key: key, Reason: "given twice"}
+		}
+		seen[key] = true
+		if val == "" {
+			return c, &ConfigError{Offset: start, Key: key, Reason: "empty value"}
+		}
+		if err := k.parse(&c, val); err != nil {
+			return c, &ConfigError{Offset: start, Key: key, Reason: err.Error()}
+		}
+	}
+	return c, nil
+}
+
+// clip shortens s for an error message.
+func clip(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "..."
+	}
+	return s
+}
+
+// parseBounded parses a decimal number without sign or leading '+' and
+// checks lo <= n <= hi.
+func parseBounded(v string, lo, hi uint64) (uint32, error) {
+	for i := 0; i < len(v); i++ {
+		if v[i] < '0' || v[i] > '9' {
+			return 0, fmt.Errorf("%q is not a decimal number", clip(v))
+		}
+	}
+	if len(v) > 10 {
+		return 0, fmt.Errorf("%s is out of range %d..%d", clip(v), lo, hi)
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil || n < lo || n > hi {
+		return 0, fmt.Errorf("%s is out of range %d..%d", clip(v), lo, hi)
+	}
+	return uint32(n), nil
+}
+
+// ValidateNodeID checks a node ID: 1-64 characters of A-Za-z0-9-_. (seed 004).
+func ValidateNodeID(id string) error {
+	if len(id) == 0 || len(id) > MaxNodeIDLen {
+		return fmt.Errorf("node ID must be 1-%d characters, got %d", MaxNodeIDLen, len(id))
+	}
+	for i := 0; i < len(id); i++ {
+		if !isIDChar(id[i]) {
+			return fmt.Errorf("node ID has %q at position %d; allowed are A-Z a-z 0-9 - _ .", id[i], i)
+		}
+	}
+	return nil
+}
+
+func isIDChar(b byte) bool {
+	return b >= 'A' && b <= 'Z' || b >= 'a' && b <= 'z' || b >= '0' && b <= '9' || b == '-' || b == '_' || b == '.'
+}
+
+// ValidateCredential checks a node credential: 16-128 characters of
+// A-Za-z0-9-_ (the base64url alphabet without padding).
+func ValidateCredential(s string) error {
+	if len(s) < 16 || len(s) > 128 {
+		return fmt.Errorf("credential must be 16-128 characters, got %d", len(s))
+	}
+	for i := 0; i < len(s); i++ {
+		b := s[i]
+		if !(b >= 'A' && b <= 'Z' || b >= 'a' && b <= 'z' || b >= '0' && b <= '9' || b == '-' || b == '_') {
+			return fmt.Errorf("credential has a character outside A-Za-z0-9-_ at position %d", i)
+		}
+	}
+	return nil
+}
+
+// validateControllerURL accepts http://HOST[:PORT][/PATH] with at most 200
+// bytes and a conservative character set, so the kernel can parse it.
+func validateControllerURL(u string) error {
+	const scheme = "http://"
+	if len(u) > 200 {
+		return fmt.Errorf("controller URL longer than 200 bytes")
+	}
+	if !strings.HasPrefix(u, scheme) {
+		return fmt.Errorf("controller URL must start with http://")
+	}
+	rest := u[len(scheme):]
+	if rest == "" || rest[0] == '/' || rest[0] == ':' {
+		return fmt.Errorf("controller URL has no host")
+	}
+	for i := 0; i < len(rest); i++ {
+		b := rest[i]
+		if !(isIDChar(b) || b == ':' || b == '/' || b == '%' || b == '~') {
+			return fmt.Errorf("controller URL has %q at position %d", b, len(scheme)+i)
+		}
+	}
+	host := rest
+	if j := strings.IndexByte(host, '/'); j >= 0 {
+		host = host[:j]
+	}
+	if j := strings.IndexByte(host, ':'); j >= 0 {
+		port := host[j+1:]
+		if _, err := parseBounded(port, 1, 65535); err != nil || port == "" {
+			return fmt.Errorf("controller URL port %q is not 1..65535", port)
+		}
+	}
+	return nil
+}
+
+// String renders c as a boot configuration that ParseBootConfig accepts,
+// keys in table order, one line. Unset fields are left out.
+func (c BootConfig) String() string {
+	var parts []string
+	add := func(k, v string) { parts = append(parts, k+"="+v) }
+	if c.NodeID != "" {
+		add("node", c.NodeID)
+	}
+	if c.Controller != "" {
+		add("controller", c.Controller)
+	}
+	if c.Credential != "" {
+		add("cred", c.Credential)
+	}
+	if c.HasShards {
+		add("shards", strconv.FormatUint(uint64(c.Shards), 10))
+	}
+	if c.HasTotalShards {
+		add("total_shards", strconv.FormatUint(uint64(c.TotalShards), 10))
+	}
+	if c.HasCapacity {
+		add("capacity", strconv.FormatUint(uint64(c.Capacity), 10))
+	}
+	if c.SelfTest {
+		add("selftest", "1")
+	}
+	if c.HasSeed {
+		add("seed", strconv.FormatUint(uint64(c.Seed), 10))
+	}
+	return strings.Join(parts, " ")
+}
+
+// Set applies key=value assignments to c with the same validation as the
+// parser, for `dpxe config set`. An empty value removes the key.
+func (c *BootConfig) Set(assignments ...string) error {
+	for _, a := range assignments {
+		eq := strings.IndexByte(a, '=')
+		if eq <= 0 {
+			return fmt.Errorf("%q is not key=value", a)
+		}
+		key, val := a[:eq], a[eq+1:]
+		if BootConfigKeyDoc(key) == "" {
+			keys := BootConfigKeys()
+			sort.Strings(keys)
+			return fmt.Errorf("unknown key %q (known: %s)", key, strings.Join(keys, ", "))
+		}
+		if val == "" {
+			c.clear(key)
+			continue
+		}
+		for _, k := range bootKeys {
+			if k.name == key {
+				if err := k.parse(c, val); err != nil {
+					return fmt.Errorf("%s: %v", key, err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func (c *BootConfig) clear(key string) {
+	switch key {
+	case "node":
+		c.NodeID = ""
+	case "controller":
+		c.Controller = ""
+	case "cred":
+		c.Credential = ""
+	case "shards":
+		c.Shards, c.HasShards = 0, false
+	case "total_shards":
+		c.TotalShards, c.HasTotalShards = 0, false
+	case "capacity":
+		c.Capacity, c.HasCapacity = 0, false
+	case "selftest":
+		c.SelfTest = false
+	case "seed":
+		c.Seed, c.HasSeed = 0, false
+	}
+}

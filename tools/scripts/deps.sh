@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# deps.sh GROUP... installs the Debian packages a make target needs, only
+# those that are missing, so a fresh Debian machine can run `make test`.
+# Groups: build (nasm), test (QEMU, firmware, netboot peers, browser),
+# bench (side-by-side peers). Needs root (or sudo) when something is missing.
+set -euo pipefail
+
+declare -A want=(
+  [build]="nasm"
+  [test]="nasm qemu-system-x86 qemu-utils ovmf ipxe busybox dnsmasq-base tftp-hpa curl iproute2 chromium kmod"
+  [bench]="tftpd-hpa hyperfine"
+)
+
+missing=()
+for g in "$@"; do
+  for p in ${want[$g]:?unknown group $g}; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+      missing+=("$p")
+    fi
+  done
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "deps: installing ${missing[*]}" >&2
+SUDO=""
+if [ "$(id -u)" != 0 ]; then
+  command -v sudo >/dev/null || { echo "deps: need root to install ${missing[*]}" >&2; exit 1; }
+  SUDO=sudo
+fi
+export DEBIAN_FRONTEND=noninteractive
+# A package's post-install must not start a daemon (tftpd-hpa would bind port 69).
+printf '#!/bin/sh\nexit 101\n' > /tmp/dpxe-policy-rc.d && chmod +x /tmp/dpxe-policy-rc.d
+if [ ! -e /usr/sbin/policy-rc.d ]; then
+  $SUDO cp /tmp/dpxe-policy-rc.d /usr/sbin/policy-rc.d
+  trap '$SUDO rm -f /usr/sbin/policy-rc.d' EXIT
+fi
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
