@@ -1,0 +1,136 @@
+// Package inventory is the boundary between the netboot services (DHCP,
+// TFTP, HTTP boot) and the fleet's policy: which MAC is which node, what a
+// node may boot, and what happened while it booted.
+//
+// The services depend only on the Inventory and LeaseStore interfaces, so
+// they can be tested alone and the controller can decide policy without
+// knowing about packets. SQL is the SQLite implementation used by
+// `dpxe serve`; its schema is Migrations.
+package inventory
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"strings"
+	"time"
+)
+
+// State is where a MAC stands with the operator.
+type State string
+
+const (
+	// Discovered: the MAC asked to boot and nobody has approved it yet.
+	Discovered State = "discovered"
+	// Approved: the MAC has a node ID and a credential and boots the kernel.
+	Approved State = "approved"
+	// Retired: the operator retired the node; it gets no boot script.
+	Retired State = "retired"
+)
+
+// Firmware is the boot firmware class a client announced (DHCP option 93,
+// user class), as recorded in the inventory.
+type Firmware string
+
+const (
+	FirmwareBIOS     Firmware = "bios"      // option 93 = 0, a PXE ROM
+	FirmwareUEFI     Firmware = "uefi"      // option 93 = 7 or 9
+	FirmwareUEFIHTTP Firmware = "uefi-http" // option 93 = 16, UEFI HTTP boot
+	FirmwareIPXE     Firmware = "ipxe"      // iPXE (user class iPXE or option 175)
+	FirmwareUnknown  Firmware = "unknown"
+)
+
+// Stage names one step of a node's boot timeline.
+type Stage string
+
+const (
+	StageDHCPOffer     Stage = "dhcp_offer"     // we offered an address or boot info
+	StageDHCPAck       Stage = "dhcp_ack"       // we acknowledged a request
+	StageTFTPFile      Stage = "tftp_file"      // a TFTP transfer ended (detail says how)
+	StageScriptFetched Stage = "script_fetched" // the node fetched its iPXE script
+	StageKernelFetched Stage = "kernel_fetched" // the node fetched kernel.bin in full
+	StageCheckin       Stage = "checkin"        // the kernel's first check-in (written by the controller)
+)
+
+// Node is what the services need to know about one MAC.
+type Node struct {
+	MAC        net.HardwareAddr
+	State      State
+	ID         string // node ID, set once approved
+	Credential string // the node's secret, set once approved
+}
+
+// Sighting is one observation of a MAC by a service.
+type Sighting struct {
+	MAC      net.HardwareAddr
+	Firmware Firmware   // FirmwareUnknown leaves the stored value alone
+	IP       netip.Addr // zero leaves the stored value alone
+	At       time.Time
+}
+
+// Event is one step of a boot timeline.
+type Event struct {
+	MAC    net.HardwareAddr
+	Stage  Stage
+	Detail string // free text: file name, address, error
+	At     time.Time
+}
+
+// Lease is one DHCP address binding owned by the authoritative server.
+type Lease struct {
+	IP     netip.Addr
+	MAC    net.HardwareAddr // nil for a declined address
+	Expiry time.Time
+	// Declined marks an address a client reported in use (DHCPDECLINE);
+	// it is not handed out again before Expiry.
+	Declined bool
+}
+
+// ErrUnknownMAC is returned by Inventory.Lookup for a MAC never seen.
+var ErrUnknownMAC = errors.New("inventory: unknown MAC")
+
+// Inventory is what the netboot services ask of the fleet. Implementations
+// must be safe for concurrent use and fast: they sit in the DHCP and HTTP
+// request paths.
+type Inventory interface {
+	// Lookup returns the node for mac, or ErrUnknownMAC.
+	Lookup(ctx context.Context, mac net.HardwareAddr) (Node, error)
+	// Seen records that mac was seen; an unknown MAC becomes a Discovered
+	// node with first and last seen set to s.At.
+	Seen(ctx context.Context, s Sighting) error
+	// Record appends e to the boot timeline of e.MAC.
+	Record(ctx context.Context, e Event) error
+}
+
+// LeaseStore persists the authoritative DHCP server's leases.
+type LeaseStore interface {
+	// Leases returns every stored lease, expired ones included.
+	Leases(ctx context.Context) ([]Lease, error)
+	// PutLease inserts or replaces the lease for l.IP.
+	PutLease(ctx context.Context, l Lease) error
+	// DeleteLease removes the lease for ip, if any.
+	DeleteLease(ctx context.Context, ip netip.Addr) error
+}
+
+// ParseMAC parses a 6-byte Ethernet MAC written with ':' or '-'
+// separators (52:54:00:12:34:56, 52-54-00-12-34-56).
+func ParseMAC(s string) (net.HardwareAddr, error) {
+	if len(s) != 17 {
+		return nil, ErrBadMAC
+	}
+	hw, err := net.ParseMAC(strings.ReplaceAll(s, "-", ":"))
+	if err != nil || len(hw) != 6 {
+		return nil, ErrBadMAC
+	}
+	return hw, nil
+}
+
+// ErrBadMAC is returned by ParseMAC for anything but a 6-byte MAC.
+var ErrBadMAC = errors.New("inventory: not a 6-byte MAC address")
+
+// MACKey is the canonical text form of a MAC used as a database key and in
+// URLs: lower-case hex joined by '-'.
+func MACKey(mac net.HardwareAddr) string {
+	return strings.ReplaceAll(mac.String(), ":", "-")
+}

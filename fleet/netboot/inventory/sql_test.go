@@ -1,0 +1,178 @@
+package inventory
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"testing"
+	"time"
+
+	_ "github.com/mattn/go-sqlite3"
+)
+
+// OpenTestDB opens a fresh SQLite file with the migrations applied.
+func openTestDB(t *testing.T) *SQL {
+	t.Helper()
+	db, err := sql.Open("sqlite3", filepath.Join(t.TempDir(), "inv.db")+"?_busy_timeout=5000&_journal_mode=WAL")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if err := Migrate(context.Background(), db); err != nil {
+		t.Fatal(err)
+	}
+	return &SQL{DB: db}
+}
+
+func TestDiscoverApproveLookup(t *testing.T) {
+	ctx := context.Background()
+	s := openTestDB(t)
+	mac, _ := net.ParseMAC("52:54:00:aa:bb:01")
+	t0 := time.UnixMilli(1_700_000_000_000)
+
+	if _, err := s.Lookup(ctx, mac); !errors.Is(err, ErrUnknownMAC) {
+		t.Fatalf("lookup of unseen MAC: err = %v, want ErrUnknownMAC", err)
+	}
+	if err := s.Seen(ctx, Sighting{MAC: mac, Firmware: FirmwareBIOS, IP: netip.MustParseAddr("10.0.0.5"), At: t0}); err != nil {
+		t.Fatal(err)
+	}
+	// A later sighting with unknown firmware and no IP keeps the old values.
+	if err := s.Seen(ctx, Sighting{MAC: mac, Firmware: FirmwareUnknown, At: t0.Add(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := s.Lookup(ctx, mac)
+	if err != nil || n.State != Discovered || n.ID != "" {
+		t.Fatalf("after sighting: %+v, %v", n, err)
+	}
+	recs, err := s.Nodes(ctx)
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("nodes: %v %v", recs, err)
+	}
+	r := recs[0]
+	if r.Firmware != FirmwareBIOS || r.IP != "10.0.0.5" || !r.FirstSeen.Equal(t0) || !r.LastSeen.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("record = %+v", r)
+	}
+
+	for _, bad := range []struct{ id, cred string }{
+		{"", "0123456789abcdef"},
+		{"bad id", "0123456789abcdef"},
+		{"node-1", "short"},
+	} {
+		if err := s.Approve(ctx, mac, bad.id, bad.cred, t0); err == nil {
+			t.Errorf("Approve(%q, %q) accepted", bad.id, bad.cred)
+		}
+	}
+	if err := s.Approve(ctx, mac, "node-1", "0123456789abcdefXYZ", t0); err != nil {
+		t.Fatal(err)
+	}
+	n, err = s.Lookup(ctx, mac)
+	if err != nil || n.State != Approved || n.ID != "node-1" || n.Credential != "0123456789abcdefXYZ" {
+		t.Fatalf("after approve: %+v, %v", n, err)
+	}
+	// Node IDs are unique.
+	other, _ := net.ParseMAC("52:54:00:aa:bb:02")
+	if err := s.Approve(ctx, other, "node-1", "0123456789abcdefXYZ", t0); err == nil {
+		t.Fatal("two MACs approved with the same node ID")
+	}
+	if err := s.Retire(ctx, mac); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := s.Lookup(ctx, mac); n.State != Retired {
+		t.Fatalf("after retire: %+v", n)
+	}
+	if err := s.Retire(ctx, other); !errors.Is(err, ErrUnknownMAC) {
+		t.Fatalf("retire unknown: %v", err)
+	}
+}
+
+func TestTimelineOrderAndPruning(t *testing.T) {
+	ctx := context.Background()
+	s := openTestDB(t)
+	mac, _ := net.ParseMAC("52:54:00:aa:bb:03")
+	stages := []Stage{StageDHCPOffer, StageDHCPAck, StageScriptFetched, StageKernelFetched}
+	for i, st := range stages {
+		if err := s.Record(ctx, Event{MAC: mac, Stage: st, Detail: "d", At: time.UnixMilli(int64(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ev, err := s.Timeline(ctx, mac)
+	if err != nil || len(ev) != len(stages) {
+		t.Fatalf("timeline: %v %v", ev, err)
+	}
+	for i := range stages {
+		if ev[i].Stage != stages[i] {
+			t.Fatalf("event %d = %s, want %s", i, ev[i].Stage, stages[i])
+		}
+	}
+	for i := 0; i < MaxEventsPerMAC+20; i++ {
+		if err := s.Record(ctx, Event{MAC: mac, Stage: StageDHCPOffer, At: time.UnixMilli(int64(100 + i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ev, _ = s.Timeline(ctx, mac)
+	if len(ev) != MaxEventsPerMAC {
+		t.Fatalf("after %d events the timeline holds %d, want %d", MaxEventsPerMAC+24, len(ev), MaxEventsPerMAC)
+	}
+	if last := ev[len(ev)-1].At.UnixMilli(); last != int64(100+MaxEventsPerMAC+19) {
+		t.Fatalf("newest event at %d: pruning dropped the wrong end", last)
+	}
+}
+
+func TestLeasesRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	s := openTestDB(t)
+	mac, _ := net.ParseMAC("52:54:00:aa:bb:04")
+	exp := time.UnixMilli(1_800_000_000_000)
+	a, b := netip.MustParseAddr("10.0.0.100"), netip.MustParseAddr("10.0.0.101")
+	if err := s.PutLease(ctx, Lease{IP: a, MAC: mac, Expiry: exp}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutLease(ctx, Lease{IP: b, Declined: true, Expiry: exp}); err != nil {
+		t.Fatal(err)
+	}
+	// Renewal replaces.
+	if err := s.PutLease(ctx, Lease{IP: a, MAC: mac, Expiry: exp.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	ls, err := s.Leases(ctx)
+	if err != nil || len(ls) != 2 {
+		t.Fatalf("leases %v %v", ls, err)
+	}
+	if ls[0].IP != a || ls[0].MAC.String() != mac.String() || !ls[0].Expiry.Equal(exp.Add(time.Hour)) || ls[0].Declined {
+		t.Fatalf("lease 0 = %+v", ls[0])
+	}
+	if ls[1].IP != b || ls[1].MAC != nil || !ls[1].Declined {
+		t.Fatalf("lease 1 = %+v", ls[1])
+	}
+	if err := s.DeleteLease(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if ls, _ := s.Leases(ctx); len(ls) != 1 {
+		t.Fatalf("after delete: %v", ls)
+	}
+}
+
+func TestParseMAC(t *testing.T) {
+	for _, c := range []struct {
+		in string
+		ok bool
+	}{
+		{"52:54:00:12:34:56", true},
+		{"52-54-00-12-34-56", true},
+		{"52:54:00:12:34", false},
+		{"52:54:00:12:34:56:78:9a", false},
+		{"../../etc/passwd", false},
+		{"zz-54-00-12-34-56", false},
+	} {
+		hw, err := ParseMAC(c.in)
+		if (err == nil) != c.ok {
+			t.Errorf("ParseMAC(%q) = %v, %v", c.in, hw, err)
+		}
+		if c.ok && MACKey(hw) != "52-54-00-12-34-56" {
+			t.Errorf("MACKey = %s", MACKey(hw))
+		}
+	}
+}
