@@ -1,0 +1,382 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// MaxEvents bounds the audit log; Apply deletes the oldest rows beyond it.
+const MaxEvents = 100_000
+
+// Node is one node of the inventory with the controller's last persisted
+// view of it.
+type Node struct {
+	ID        string
+	CredHash  []byte // SHA-256 of the node credential
+	CreatedAt time.Time
+	NodeState
+}
+
+// NodeState is the part of a node the controller changes at run time.
+type NodeState struct {
+	ID              string
+	Draining        bool
+	Capacity        int
+	FirstSeen       time.Time
+	LastSeen        time.Time
+	LeaseDeadline   time.Time
+	Live            bool   // in the controller's live set
+	AckedGeneration uint64 // generation of the node's last acknowledged plan
+	Held            string // shards the node may be running, as ranges "0-15,40"
+	Address         string
+	Ready           int
+	Starting        int
+	Backoff         int
+	Fatal           int
+}
+
+// PlanRange is one node's contiguous shard range.
+type PlanRange struct {
+	NodeID string `json:"node"`
+	Start  uint32 `json:"start"`
+	Count  uint32 `json:"count"`
+}
+
+// Plan is the persisted shard plan.
+type Plan struct {
+	Generation  uint64
+	TotalShards uint32
+	Ranges      []PlanRange // nodes with a non-empty range, in node order
+	ChangedAt   time.Time
+}
+
+// ShardStatus is the latest status a node reported for one shard.
+type ShardStatus struct {
+	ShardID         uint32
+	NodeID          string
+	State           string
+	SeqValid        bool
+	HeartbeatAcks   uint32
+	HeartbeatMisses uint32
+	Reconnects      uint32
+	LastError       string
+	CloseCode       uint16
+	UpdatedAt       time.Time
+}
+
+// BucketGrant is the last Identify grant of one concurrency bucket.
+type BucketGrant struct {
+	Bucket    uint32
+	GrantedAt time.Time
+	ShardID   uint32
+	NodeID    string
+}
+
+// Budget is Discord's daily session-start budget as the controller tracks it.
+type Budget struct {
+	Total     int
+	Remaining int
+	ResetAt   time.Time
+}
+
+// Event is one audit-log entry.
+type Event struct {
+	ID      int64     `json:"id"`
+	At      time.Time `json:"at"`
+	Kind    string    `json:"kind"`
+	NodeID  string    `json:"node_id,omitempty"`
+	ShardID *uint32   `json:"shard_id,omitempty"`
+	Detail  string    `json:"detail,omitempty"`
+}
+
+// Batch is a set of controller changes written in one transaction.
+type Batch struct {
+	Plan        *Plan
+	Nodes       []NodeState
+	ShardStatus []ShardStatus
+	Buckets     []BucketGrant
+	Budget      *Budget
+	Events      []Event
+	// Durable commits with synchronous=FULL, so the batch survives a power
+	// loss and not only a process crash.
+	Durable bool
+}
+
+// Empty reports whether b has nothing to write.
+func (b *Batch) Empty() bool {
+	return b.Plan == nil && len(b.Nodes) == 0 && len(b.ShardStatus) == 0 && len(b.Buckets) == 0 && b.Budget == nil && len(b.Events) == 0
+}
+
+// CreateNode adds a node with its credential hash. It returns ErrExists if
+// the ID is taken.
+func (s *Store) CreateNode(ctx context.Context, id string, credHash []byte, at time.Time) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO nodes(id, cred_hash, created_at) VALUES(?, ?, ?)`, id, credHash, ms(at))
+	if err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed") {
+		return fmt.Errorf("node %s: %w", id, ErrExists)
+	}
+	return err
+}
+
+const nodeColumns = `id, cred_hash, created_at, draining, capacity, first_seen, last_seen, lease_deadline,
+	live, acked_generation, held, address, ready_shards, starting_shards, backoff_shards, fatal_shards`
+
+func scanNode(sc interface{ Scan(...any) error }) (Node, error) {
+	var n Node
+	var created, first, last, deadline int64
+	err := sc.Scan(&n.ID, &n.CredHash, &created, &n.Draining, &n.Capacity, &first, &last, &deadline,
+		&n.Live, &n.AckedGeneration, &n.Held, &n.Address, &n.Ready, &n.Starting, &n.Backoff, &n.Fatal)
+	n.NodeState.ID = n.ID
+	n.CreatedAt, n.FirstSeen, n.LastSeen, n.LeaseDeadline = fromMS(created), fromMS(first), fromMS(last), fromMS(deadline)
+	return n, err
+}
+
+// Nodes returns every node, ordered by ID.
+func (s *Store) Nodes(ctx context.Context) ([]Node, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+nodeColumns+` FROM nodes ORDER BY id`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Node
+	for rows.Next() {
+		n, err := scanNode(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	return out, rows.Err()
+}
+
+// Node returns one node or ErrNotFound.
+func (s *Store) Node(ctx context.Context, id string) (Node, error) {
+	n, err := scanNode(s.db.QueryRowContext(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Node{}, fmt.Errorf("node %s: %w", id, ErrNotFound)
+	}
+	return n, err
+}
+
+// LoadPlan returns the persisted plan; ok is false when none was saved.
+func (s *Store) LoadPlan(ctx context.Context) (p Plan, ok bool, err error) {
+	var ranges string
+	var changed int64
+	err = s.db.QueryRowContext(ctx, `SELECT generation, total_shards, ranges, changed_at FROM plan WHERE id = 1`).
+		Scan(&p.Generation, &p.TotalShards, &ranges, &changed)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Plan{}, false, nil
+	}
+	if err != nil {
+		return Plan{}, false, err
+	}
+	if err := json.Unmarshal([]byte(ranges), &p.Ranges); err != nil {
+		return Plan{}, false, fmt.Errorf("plan ranges: %w", err)
+	}
+	p.ChangedAt = fromMS(changed)
+	return p, true, nil
+}
+
+// ShardStatuses returns the stored shard statuses of one node, or of all
+// nodes when nodeID is "", ordered by shard.
+func (s *Store) ShardStatuses(ctx context.Context, nodeID string) ([]ShardStatus, error) {
+	q := `SELECT shard_id, node_id, state, seq_valid, heartbeat_acks, heartbeat_misses, reconnects, last_error, close_code, updated_at FROM shard_status`
+	var args []any
+	if nodeID != "" {
+		q += ` WHERE node_id = ?`
+		args = append(args, nodeID)
+	}
+	rows, err := s.db.QueryContext(ctx, q+` ORDER BY shard_id`, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []ShardStatus
+	for rows.Next() {
+		var st ShardStatus
+		var at int64
+		if err := rows.Scan(&st.ShardID, &st.NodeID, &st.State, &st.SeqValid, &st.HeartbeatAcks, &st.HeartbeatMisses,
+			&st.Reconnects, &st.LastError, &st.CloseCode, &at); err != nil {
+			return nil, err
+		}
+		st.UpdatedAt = fromMS(at)
+		out = append(out, st)
+	}
+	return out, rows.Err()
+}
+
+// BucketGrants returns the last grant of every bucket.
+func (s *Store) BucketGrants(ctx context.Context) ([]BucketGrant, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT bucket, granted_at, shard_id, node_id FROM identify_buckets ORDER BY bucket`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []BucketGrant
+	for rows.Next() {
+		var g BucketGrant
+		var at int64
+		if err := rows.Scan(&g.Bucket, &at, &g.ShardID, &g.NodeID); err != nil {
+			return nil, err
+		}
+		g.GrantedAt = fromMS(at)
+		out = append(out, g)
+	}
+	return out, rows.Err()
+}
+
+// LoadBudget returns the stored session budget; ok is false if none.
+func (s *Store) LoadBudget(ctx context.Context) (b Budget, ok bool, err error) {
+	var reset int64
+	err = s.db.QueryRowContext(ctx, `SELECT total, remaining, reset_at FROM session_budget WHERE id = 1`).Scan(&b.Total, &b.Remaining, &reset)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Budget{}, false, nil
+	}
+	b.ResetAt = fromMS(reset)
+	return b, err == nil, err
+}
+
+// Events returns up to limit events with ID greater than after, oldest
+// first, optionally only of one kind.
+func (s *Store) Events(ctx context.Context, after int64, kind string, limit int) ([]Event, error) {
+	q := `SELECT id, at, kind, node_id, shard_id, detail FROM events WHERE id > ?`
+	args := []any{after}
+	if kind != "" {
+		q += ` AND kind = ?`
+		args = append(args, kind)
+	}
+	q += ` ORDER BY id LIMIT ?`
+	args = append(args, limit)
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []Event{}
+	for rows.Next() {
+		var e Event
+		var at int64
+		var shard sql.NullInt64
+		if err := rows.Scan(&e.ID, &at, &e.Kind, &e.NodeID, &shard, &e.Detail); err != nil {
+			return nil, err
+		}
+		e.At = fromMS(at)
+		if shard.Valid {
+			v := uint32(shard.Int64)
+			e.ShardID = &v
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// Apply writes a batch in one transaction. With b.Durable it commits with
+// synchronous=FULL.
+func (s *Store) Apply(ctx context.Context, b *Batch) (err error) {
+	if b.Empty() {
+		return nil
+	}
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if b.Durable {
+		if _, err := conn.ExecContext(ctx, `PRAGMA synchronous = FULL`); err != nil {
+			return err
+		}
+		defer conn.ExecContext(context.WithoutCancel(ctx), `PRAGMA synchronous = NORMAL`)
+	}
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			tx.Rollback()
+		}
+	}()
+	if b.Plan != nil {
+		ranges, err := json.Marshal(b.Plan.Ranges)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO plan(id, generation, total_shards, ranges, changed_at) VALUES(1, ?, ?, ?, ?)
+			ON CONFLICT(id) DO UPDATE SET generation = excluded.generation, total_shards = excluded.total_shards,
+			ranges = excluded.ranges, changed_at = excluded.changed_at`,
+			b.Plan.Generation, b.Plan.TotalShards, string(ranges), ms(b.Plan.ChangedAt)); err != nil {
+			return fmt.Errorf("plan: %w", err)
+		}
+	}
+	if len(b.Nodes) > 0 {
+		st, err := tx.PrepareContext(ctx, `UPDATE nodes SET draining = ?, capacity = ?, first_seen = ?, last_seen = ?,
+			lease_deadline = ?, live = ?, acked_generation = ?, held = ?, address = ?, ready_shards = ?,
+			starting_shards = ?, backoff_shards = ?, fatal_shards = ? WHERE id = ?`)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		for _, n := range b.Nodes {
+			if _, err := st.ExecContext(ctx, n.Draining, n.Capacity, ms(n.FirstSeen), ms(n.LastSeen), ms(n.LeaseDeadline),
+				n.Live, n.AckedGeneration, n.Held, n.Address, n.Ready, n.Starting, n.Backoff, n.Fatal, n.ID); err != nil {
+				return fmt.Errorf("node %s: %w", n.ID, err)
+			}
+		}
+	}
+	if len(b.ShardStatus) > 0 {
+		st, err := tx.PrepareContext(ctx, `INSERT INTO shard_status(shard_id, node_id, state, seq_valid, heartbeat_acks,
+			heartbeat_misses, reconnects, last_error, close_code, updated_at) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT(shard_id) DO UPDATE SET node_id = excluded.node_id, state = excluded.state,
+			seq_valid = excluded.seq_valid, heartbeat_acks = excluded.heartbeat_acks,
+			heartbeat_misses = excluded.heartbeat_misses, reconnects = excluded.reconnects,
+			last_error = excluded.last_error, close_code = excluded.close_code, updated_at = excluded.updated_at`)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		for _, x := range b.ShardStatus {
+			if _, err := st.ExecContext(ctx, x.ShardID, x.NodeID, x.State, x.SeqValid, x.HeartbeatAcks, x.HeartbeatMisses,
+				x.Reconnects, x.LastError, x.CloseCode, ms(x.UpdatedAt)); err != nil {
+				return fmt.Errorf("shard status %d: %w", x.ShardID, err)
+			}
+		}
+	}
+	for _, g := range b.Buckets {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO identify_buckets(bucket, granted_at, shard_id, node_id) VALUES(?, ?, ?, ?)
+			ON CONFLICT(bucket) DO UPDATE SET granted_at = excluded.granted_at, shard_id = excluded.shard_id, node_id = excluded.node_id`,
+			g.Bucket, ms(g.GrantedAt), g.ShardID, g.NodeID); err != nil {
+			return fmt.Errorf("bucket %d: %w", g.Bucket, err)
+		}
+	}
+	if b.Budget != nil {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO session_budget(id, total, remaining, reset_at) VALUES(1, ?, ?, ?)
+			ON CONFLICT(id) DO UPDATE SET total = excluded.total, remaining = excluded.remaining, reset_at = excluded.reset_at`,
+			b.Budget.Total, b.Budget.Remaining, ms(b.Budget.ResetAt)); err != nil {
+			return fmt.Errorf("budget: %w", err)
+		}
+	}
+	if len(b.Events) > 0 {
+		st, err := tx.PrepareContext(ctx, `INSERT INTO events(at, kind, node_id, shard_id, detail) VALUES(?, ?, ?, ?, ?)`)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		for _, e := range b.Events {
+			var shard any
+			if e.ShardID != nil {
+				shard = *e.ShardID
+			}
+			if _, err := st.ExecContext(ctx, ms(e.At), e.Kind, e.NodeID, shard, e.Detail); err != nil {
+				return fmt.Errorf("event: %w", err)
+			}
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM events WHERE id <= (SELECT MAX(id) FROM events) - ?`, s.maxEvents); err != nil {
+			return fmt.Errorf("prune events: %w", err)
+		}
+	}
+	return tx.Commit()
+}

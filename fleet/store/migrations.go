@@ -1,0 +1,139 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// migration is one numbered schema change. Versions are 1, 2, 3... in list
+// order; a migration, once released, is never edited.
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+// migrations is the schema history. To change the schema, append one entry
+// with the next version number; Open applies every entry newer than the
+// file's version, each in its own transaction.
+var migrations = []migration{
+	{1, "controller inventory", schemaV1},
+}
+
+// schemaV1 is the controller's inventory. Times are Unix milliseconds, 0
+// meaning never.
+const schemaV1 = `
+CREATE TABLE settings (
+	key   TEXT PRIMARY KEY,
+	value TEXT NOT NULL
+);
+CREATE TABLE nodes (
+	id               TEXT PRIMARY KEY,
+	cred_hash        BLOB NOT NULL,
+	created_at       INTEGER NOT NULL,
+	draining         INTEGER NOT NULL DEFAULT 0,
+	capacity         INTEGER NOT NULL DEFAULT 0,
+	first_seen       INTEGER NOT NULL DEFAULT 0,
+	last_seen        INTEGER NOT NULL DEFAULT 0,
+	lease_deadline   INTEGER NOT NULL DEFAULT 0,
+	live             INTEGER NOT NULL DEFAULT 0,
+	acked_generation INTEGER NOT NULL DEFAULT 0,
+	held             TEXT NOT NULL DEFAULT '',
+	address          TEXT NOT NULL DEFAULT '',
+	ready_shards     INTEGER NOT NULL DEFAULT 0,
+	starting_shards  INTEGER NOT NULL DEFAULT 0,
+	backoff_shards   INTEGER NOT NULL DEFAULT 0,
+	fatal_shards     INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE plan (
+	id              INTEGER PRIMARY KEY CHECK (id = 1),
+	generation      INTEGER NOT NULL,
+	total_shards    INTEGER NOT NULL,
+	ranges          TEXT NOT NULL,
+	changed_at      INTEGER NOT NULL
+);
+CREATE TABLE shard_status (
+	shard_id         INTEGER PRIMARY KEY,
+	node_id          TEXT NOT NULL REFERENCES nodes(id) ON DELETE CASCADE,
+	state            TEXT NOT NULL,
+	seq_valid        INTEGER NOT NULL,
+	heartbeat_acks   INTEGER NOT NULL,
+	heartbeat_misses INTEGER NOT NULL,
+	reconnects       INTEGER NOT NULL,
+	last_error       TEXT NOT NULL,
+	close_code       INTEGER NOT NULL,
+	updated_at       INTEGER NOT NULL
+);
+CREATE INDEX shard_status_node ON shard_status(node_id);
+CREATE TABLE identify_buckets (
+	bucket     INTEGER PRIMARY KEY,
+	granted_at INTEGER NOT NULL,
+	shard_id   INTEGER NOT NULL,
+	node_id    TEXT NOT NULL
+);
+CREATE TABLE session_budget (
+	id        INTEGER PRIMARY KEY CHECK (id = 1),
+	total     INTEGER NOT NULL,
+	remaining INTEGER NOT NULL,
+	reset_at  INTEGER NOT NULL
+);
+CREATE TABLE events (
+	id       INTEGER PRIMARY KEY AUTOINCREMENT,
+	at       INTEGER NOT NULL,
+	kind     TEXT NOT NULL,
+	node_id  TEXT NOT NULL DEFAULT '',
+	shard_id INTEGER,
+	detail   TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX events_kind ON events(kind, id);
+`
+
+// migrate applies the migrations newer than the file's recorded version.
+func (s *Store) migrate(ctx context.Context) error {
+	if _, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version    INTEGER PRIMARY KEY,
+		name       TEXT NOT NULL,
+		applied_at INTEGER NOT NULL)`); err != nil {
+		return fmt.Errorf("schema_migrations: %w", err)
+	}
+	have, err := s.SchemaVersion(ctx)
+	if err != nil {
+		return err
+	}
+	if latest := migrations[len(migrations)-1].version; have > latest {
+		return fmt.Errorf("%w: file at version %d, program knows %d", ErrNewerSchema, have, latest)
+	}
+	for i, m := range migrations {
+		if m.version != i+1 {
+			return fmt.Errorf("migration %q has version %d, want %d", m.name, m.version, i+1)
+		}
+		if m.version <= have {
+			continue
+		}
+		tx, err := s.db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("migration %d (%s): %w", m.version, m.name, err)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations(version, name, applied_at) VALUES(?, ?, ?)`,
+			m.version, m.name, time.Now().UnixMilli()); err != nil {
+			tx.Rollback()
+			return err
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("migration %d (%s): %w", m.version, m.name, err)
+		}
+	}
+	return nil
+}
+
+// SchemaVersion returns the highest applied migration version, 0 for none.
+func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
+	var v int
+	err := s.db.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&v)
+	return v, err
+}

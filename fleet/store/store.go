@@ -1,0 +1,124 @@
+// Package store is the fleet's SQLite inventory: nodes and their hashed
+// credentials, the shard plan and generation, per-node lease state, the
+// Identify history and session budget, per-shard status and the audit log.
+//
+// The database runs in WAL mode with foreign keys on, a busy timeout and
+// synchronous=NORMAL; writes that a safety argument depends on are
+// committed with synchronous=FULL (see Batch.Durable). The schema is an
+// ordered list of numbered migrations in migrations.go; later features
+// append to it.
+//
+// A *Store is safe for concurrent use. Several processes may open the same
+// file (the CLI adds nodes while `dpxe serve` runs).
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"time"
+
+	_ "github.com/mattn/go-sqlite3" // registers the "sqlite3" driver
+)
+
+// busyTimeout is how long a connection waits for another writer's lock.
+const busyTimeout = 5 * time.Second
+
+// maxOpenConns bounds the connection pool; WAL gives readers their own
+// snapshot and writers queue on the busy timeout.
+const maxOpenConns = 4
+
+// Errors.
+var (
+	// ErrNotFound is returned when a looked-up row does not exist.
+	ErrNotFound = errors.New("store: not found")
+	// ErrExists is returned when a node ID is already in the inventory.
+	ErrExists = errors.New("store: already exists")
+	// ErrNewerSchema is returned when the file was written by a newer dpxe.
+	ErrNewerSchema = errors.New("store: database schema is newer than this program")
+)
+
+// Store is an open inventory database.
+type Store struct {
+	db        *sql.DB
+	path      string
+	maxEvents int // audit-log bound, MaxEvents except in tests
+}
+
+// Open opens (creating if needed) the database at path, with its parent
+// directory, and applies pending migrations.
+func Open(ctx context.Context, path string) (*Store, error) {
+	if dir := filepath.Dir(path); dir != "" {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return nil, fmt.Errorf("store: %w", err)
+		}
+	}
+	q := url.Values{}
+	q.Set("_journal_mode", "WAL")
+	q.Set("_foreign_keys", "1")
+	q.Set("_busy_timeout", fmt.Sprint(busyTimeout.Milliseconds()))
+	q.Set("_synchronous", "NORMAL")
+	q.Set("_txlock", "immediate")
+	db, err := sql.Open("sqlite3", "file:"+path+"?"+q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	db.SetMaxOpenConns(maxOpenConns)
+	db.SetMaxIdleConns(maxOpenConns)
+	s := &Store{db: db, path: path, maxEvents: MaxEvents}
+	if err := s.migrate(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store: %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// Close checkpoints the WAL into the main file and closes the database.
+func (s *Store) Close() error {
+	_, _ = s.db.Exec("PRAGMA wal_checkpoint(TRUNCATE)")
+	return s.db.Close()
+}
+
+// DB returns the underlying handle, for packages that add their own tables
+// through migrations.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// Path returns the database file name.
+func (s *Store) Path() string { return s.path }
+
+// ms converts t to Unix milliseconds; the zero time is 0.
+func ms(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+// fromMS converts Unix milliseconds to a time; 0 is the zero time.
+func fromMS(v int64) time.Time {
+	if v == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(v).UTC()
+}
+
+// Setting returns the value of a settings key, or ErrNotFound.
+func (s *Store) Setting(ctx context.Context, key string) (string, error) {
+	var v string
+	err := s.db.QueryRowContext(ctx, `SELECT value FROM settings WHERE key = ?`, key).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", ErrNotFound
+	}
+	return v, err
+}
+
+// SetSetting stores a settings key.
+func (s *Store) SetSetting(ctx context.Context, key, value string) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO settings(key, value) VALUES(?, ?)
+		ON CONFLICT(key) DO UPDATE SET value = excluded.value`, key, value)
+	return err
+}

@@ -1,0 +1,152 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+)
+
+func openTemp(t *testing.T) (*Store, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "sub", "dpxe.db")
+	s, err := Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, path
+}
+
+func TestOpenMigratesAndPragmas(t *testing.T) {
+	ctx := context.Background()
+	s, path := openTemp(t)
+	v, err := s.SchemaVersion(ctx)
+	if err != nil || v != len(migrations) {
+		t.Fatalf("schema version %d, %v; want %d", v, err, len(migrations))
+	}
+	var mode string
+	var fk, timeout int
+	s.DB().QueryRow(`PRAGMA journal_mode`).Scan(&mode)
+	s.DB().QueryRow(`PRAGMA foreign_keys`).Scan(&fk)
+	s.DB().QueryRow(`PRAGMA busy_timeout`).Scan(&timeout)
+	if mode != "wal" || fk != 1 || timeout != int(busyTimeout.Milliseconds()) {
+		t.Fatalf("journal_mode %q foreign_keys %d busy_timeout %d", mode, fk, timeout)
+	}
+	s.Close()
+	// Reopening applies nothing new and keeps the version.
+	s, err = Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if v, _ := s.SchemaVersion(ctx); v != len(migrations) {
+		t.Fatalf("version after reopen %d", v)
+	}
+	// A file from a newer program is refused.
+	s.DB().Exec(`INSERT INTO schema_migrations(version, name, applied_at) VALUES(999, 'future', 0)`)
+	s.Close()
+	if _, err := Open(ctx, path); !errors.Is(err, ErrNewerSchema) {
+		t.Fatalf("newer schema: %v", err)
+	}
+}
+
+func TestMigrationListIsNumbered(t *testing.T) {
+	for i, m := range migrations {
+		if m.version != i+1 || m.name == "" || m.sql == "" {
+			t.Fatalf("migration %d: %+v", i, m)
+		}
+	}
+}
+
+func TestNodesBatchRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	s, path := openTemp(t)
+	now := time.UnixMilli(1_700_000_000_123).UTC()
+	if err := s.CreateNode(ctx, "n1", []byte{1, 2, 3}, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateNode(ctx, "n1", []byte{4}, now); !errors.Is(err, ErrExists) {
+		t.Fatalf("duplicate node: %v", err)
+	}
+	if _, err := s.Node(ctx, "nope"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("missing node: %v", err)
+	}
+	shard := uint32(7)
+	st := NodeState{ID: "n1", Capacity: 8, FirstSeen: now, LastSeen: now, LeaseDeadline: now.Add(30 * time.Second),
+		Live: true, AckedGeneration: 4, Held: "0-7", Address: "127.0.0.1", Ready: 3, Starting: 1}
+	b := &Batch{
+		Plan:        &Plan{Generation: 4, TotalShards: 16, Ranges: []PlanRange{{"n1", 0, 8}}, ChangedAt: now},
+		Nodes:       []NodeState{st},
+		ShardStatus: []ShardStatus{{ShardID: 7, NodeID: "n1", State: "READY", SeqValid: true, HeartbeatAcks: 9, LastError: "x", CloseCode: 4000, UpdatedAt: now}},
+		Buckets:     []BucketGrant{{Bucket: 0, GrantedAt: now, ShardID: 7, NodeID: "n1"}},
+		Budget:      &Budget{Total: 1000, Remaining: 990, ResetAt: now.Add(time.Hour)},
+		Events:      []Event{{At: now, Kind: "node_first_seen", NodeID: "n1"}, {At: now, Kind: "identify_granted", NodeID: "n1", ShardID: &shard}},
+		Durable:     true,
+	}
+	if err := s.Apply(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	// A shard status for an unknown node violates the foreign key.
+	if err := s.Apply(ctx, &Batch{ShardStatus: []ShardStatus{{ShardID: 1, NodeID: "ghost", State: "READY", UpdatedAt: now}}}); err == nil {
+		t.Fatal("foreign key not enforced")
+	}
+	s.Close()
+	s, err := Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	n, err := s.Node(ctx, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(n.NodeState, st) || !n.CreatedAt.Equal(now) || string(n.CredHash) != "\x01\x02\x03" {
+		t.Fatalf("node %+v\nwant %+v", n, st)
+	}
+	p, ok, err := s.LoadPlan(ctx)
+	if err != nil || !ok || p.Generation != 4 || !reflect.DeepEqual(p.Ranges, b.Plan.Ranges) || !p.ChangedAt.Equal(now) {
+		t.Fatalf("plan %+v %v %v", p, ok, err)
+	}
+	ss, _ := s.ShardStatuses(ctx, "n1")
+	if len(ss) != 1 || ss[0] != b.ShardStatus[0] {
+		t.Fatalf("shard status %+v", ss)
+	}
+	g, _ := s.BucketGrants(ctx)
+	if len(g) != 1 || g[0] != b.Buckets[0] {
+		t.Fatalf("buckets %+v", g)
+	}
+	bu, ok, _ := s.LoadBudget(ctx)
+	if !ok || bu != *b.Budget {
+		t.Fatalf("budget %+v", bu)
+	}
+	ev, _ := s.Events(ctx, 0, "", 10)
+	if len(ev) != 2 || ev[1].ShardID == nil || *ev[1].ShardID != 7 || ev[0].ShardID != nil {
+		t.Fatalf("events %+v", ev)
+	}
+	ev, _ = s.Events(ctx, 0, "identify_granted", 10)
+	if len(ev) != 1 {
+		t.Fatalf("events by kind %+v", ev)
+	}
+}
+
+func TestEventsAreBounded(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openTemp(t)
+	defer s.Close()
+	s.maxEvents = 5
+	for i := 0; i < 4; i++ {
+		b := &Batch{}
+		for j := 0; j < 3; j++ {
+			b.Events = append(b.Events, Event{At: time.Now(), Kind: "drain"})
+		}
+		if err := s.Apply(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ev, _ := s.Events(ctx, 0, "", 100)
+	if len(ev) != 5 || ev[4].ID != 12 || ev[0].ID != 8 {
+		t.Fatalf("kept %d events: %+v", len(ev), ev)
+	}
+}
