@@ -1,0 +1,115 @@
+package tftp
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"strings"
+)
+
+// Path errors. All of them are answered with a TFTP access violation except
+// ErrNotFound.
+var (
+	ErrAbsolutePath = errors.New("tftp: absolute paths are refused")
+	ErrTraversal    = errors.New("tftp: path leaves the boot root")
+	ErrBadPathChar  = errors.New("tftp: path has a backslash or control character")
+	ErrPathTooLong  = errors.New("tftp: path too long")
+	ErrNotFound     = errors.New("tftp: file not found")
+	ErrNotRegular   = errors.New("tftp: not a regular file")
+)
+
+// CleanPath checks a requested file name and returns it in clean,
+// slash-separated, root-relative form. It refuses absolute paths, any ".."
+// component, backslashes and control characters, rather than rewriting
+// them: a client asking for them is confused or hostile.
+func CleanPath(name string) (string, error) {
+	if name == "" {
+		return "", ErrEmptyFilename
+	}
+	if len(name) > MaxFilenameLen {
+		return "", ErrPathTooLong
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c < 0x20 || c == 0x7f || c == '\\' {
+			return "", ErrBadPathChar
+		}
+	}
+	if name[0] == '/' {
+		return "", ErrAbsolutePath
+	}
+	for _, part := range strings.Split(name, "/") {
+		if part == ".." {
+			return "", ErrTraversal
+		}
+	}
+	clean := path.Clean(name)
+	if clean == "." || !fs.ValidPath(clean) {
+		return "", ErrTraversal
+	}
+	return clean, nil
+}
+
+// Roots serves files from an ordered list of directories: the first one
+// holding a name wins. Symbolic links are followed only while they stay
+// inside their directory (os.Root enforces this in the kernel's openat2 or
+// by walking, so a link to /etc/shadow is refused).
+type Roots struct {
+	roots []*os.Root
+	dirs  []string
+}
+
+// OpenRoots opens dirs for serving.
+func OpenRoots(dirs ...string) (*Roots, error) {
+	r := &Roots{}
+	for _, d := range dirs {
+		root, err := os.OpenRoot(d)
+		if err != nil {
+			r.Close()
+			return nil, fmt.Errorf("tftp: boot root %s: %w", d, err)
+		}
+		r.roots = append(r.roots, root)
+		r.dirs = append(r.dirs, d)
+	}
+	return r, nil
+}
+
+// Close releases the directories.
+func (r *Roots) Close() error {
+	for _, root := range r.roots {
+		root.Close()
+	}
+	return nil
+}
+
+// Open opens the regular file name (as given by the client) and returns it
+// with its size.
+func (r *Roots) Open(name string) (*os.File, int64, error) {
+	clean, err := CleanPath(name)
+	if err != nil {
+		return nil, 0, err
+	}
+	for _, root := range r.roots {
+		f, err := root.Open(clean)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			// os.Root reports escapes ("path escapes from parent") as a
+			// *PathError that is not ErrNotExist.
+			return nil, 0, fmt.Errorf("%w: %s: %v", ErrTraversal, clean, err)
+		}
+		st, err := f.Stat()
+		if err != nil {
+			f.Close()
+			return nil, 0, err
+		}
+		if !st.Mode().IsRegular() {
+			f.Close()
+			return nil, 0, fmt.Errorf("%w: %s", ErrNotRegular, clean)
+		}
+		return f, st.Size(), nil
+	}
+	return nil, 0, fmt.Errorf("%w: %s", ErrNotFound, clean)
+}
