@@ -1,0 +1,502 @@
+package gatewayemu
+
+import (
+	"bytes"
+	"compress/zlib"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// writeTimeout bounds one frame write to a slow or dead client.
+const writeTimeout = 5 * time.Second
+
+// maxDrain is how much of an oversize message is read and discarded before
+// the 4002 close, so the close handshake is not stuck behind it.
+const maxDrain = 1 << 20
+
+// connPhase is where a connection is in the handshake.
+type connPhase int
+
+const (
+	phaseHello       connPhase = iota // Hello not yet sent
+	phaseUnauth                       // waiting for Identify or Resume
+	phaseIdentifying                  // Identify refused, op 9 pending
+	phaseReady                        // identified or resumed
+)
+
+// conn is one WebSocket connection.
+type conn struct {
+	e        *Emulator
+	id       uint64
+	ws       *websocket.Conn
+	version  int
+	onResume bool // connected to resume_gateway_url
+	zlibTx   bool // compress=zlib-stream
+	opened   time.Time
+
+	wmu       sync.Mutex // serialises frames (and the zlib stream)
+	zbuf      bytes.Buffer
+	zw        *zlib.Writer
+	compressD atomic.Bool // Identify compress:true: dispatches as zlib frames
+
+	// phase, sess and shard are guarded by e.mu.
+	phase connPhase
+	sess  *session
+	shard *[2]int
+
+	closing       atomic.Bool // the emulator closed or dropped it
+	draining      atomic.Bool // op 7 sent: no further dispatches
+	hbTimer       *time.Timer
+	hbDeadline    atomic.Int64 // unix ns, real clock (it pairs with hbTimer)
+	heartbeats    atomic.Int64
+	lastHeartbeat atomic.Int64
+
+	sendTimes []int64 // ring of recent client event times (unix ns)
+	sendPos   int
+	sendFull  bool
+}
+
+// serveGateway upgrades a request on "/" or ResumePath to a gateway connection.
+func (e *Emulator) serveGateway(w http.ResponseWriter, r *http.Request) {
+	path := strings.TrimSuffix(r.URL.Path, "/")
+	if path != "" && path != ResumePath {
+		http.NotFound(w, r)
+		return
+	}
+	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		http.Error(w, "this is a Discord Gateway emulator: connect with a WebSocket client", http.StatusUpgradeRequired)
+		return
+	}
+	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+		InsecureSkipVerify: true, // any Origin: it is a test tool
+		CompressionMode:    websocket.CompressionDisabled,
+	})
+	if err != nil {
+		e.log.Debug("websocket accept", "err", err)
+		return
+	}
+	ws.SetReadLimit(-1) // the emulator enforces 4096 bytes itself, with 4002
+	c := &conn{
+		e:        e,
+		id:       e.connSeq.Add(1),
+		ws:       ws,
+		onResume: path == ResumePath,
+		opened:   e.opts.Now(),
+	}
+	e.counters.connections.Add(1)
+	e.counters.open.Add(1)
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		ws.CloseNow()
+		e.counters.open.Add(-1)
+		return
+	}
+	e.conns[c] = struct{}{}
+	delay := e.helloDelay
+	if e.helloCount > 0 {
+		e.helloCount--
+		if e.helloCount == 0 {
+			e.helloDelay = 0
+		}
+	}
+	e.mu.Unlock()
+	defer c.finish()
+
+	q := r.URL.Query()
+	switch v := q.Get("v"); v {
+	case "10":
+		c.version = 10
+	case "9":
+		c.version = 9
+	default:
+		c.fail(KindInvalidAPIVersion, CloseInvalidAPIVersion, fmt.Sprintf("unsupported API version v=%q (9 and 10 are available)", v))
+		c.wait()
+		return
+	}
+	switch enc := q.Get("encoding"); enc {
+	case "", "json":
+	case "etf":
+		c.closeWith(CloseUnsupported, "encoding=etf is not supported by the emulator; use encoding=json")
+		c.wait()
+		return
+	default:
+		c.closeWith(CloseUnsupported, fmt.Sprintf("unknown encoding %q; use encoding=json", enc))
+		c.wait()
+		return
+	}
+	switch comp := q.Get("compress"); comp {
+	case "":
+	case "zlib-stream":
+		c.zlibTx = true
+		c.zw = zlib.NewWriter(&c.zbuf)
+	default:
+		c.closeWith(CloseUnsupported, fmt.Sprintf("compress=%q is not supported by the emulator; use zlib-stream or none", comp))
+		c.wait()
+		return
+	}
+	c.sendTimes = make([]int64, e.opts.SendLimit)
+
+	if delay > 0 {
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-e.baseCtx.Done():
+			t.Stop()
+			return
+		}
+	}
+	interval := e.opts.HeartbeatInterval
+	c.hbTimer = time.AfterFunc(interval+e.opts.HeartbeatGrace, c.heartbeatMissed)
+	c.hbDeadline.Store(time.Now().Add(interval + e.opts.HeartbeatGrace).UnixNano())
+	e.mu.Lock()
+	c.phase = phaseUnauth
+	e.mu.Unlock()
+	c.writeOp(OpHello, map[string]any{"heartbeat_interval": interval.Milliseconds()})
+	c.readLoop()
+}
+
+// wait blocks until the close handshake started by closeWith finishes.
+func (c *conn) wait() {
+	ctx, cancel := context.WithTimeout(c.e.baseCtx, writeTimeout)
+	defer cancel()
+	for {
+		if _, _, err := c.ws.Read(ctx); err != nil {
+			return
+		}
+	}
+}
+
+// readLoop reads client frames until the connection ends.
+func (c *conn) readLoop() {
+	e := c.e
+	buf := make([]byte, MaxPayloadBytes+1)
+	for {
+		typ, r, err := c.ws.Reader(e.baseCtx)
+		if err != nil {
+			c.clientGone(err)
+			return
+		}
+		n, err := io.ReadFull(r, buf)
+		if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+			c.clientGone(err)
+			return
+		}
+		if c.closing.Load() {
+			continue // drain until the close handshake completes
+		}
+		if n > MaxPayloadBytes {
+			io.CopyN(io.Discard, r, maxDrain) // let the close handshake through
+			c.fail(KindOversizePayload, CloseDecodeError, fmt.Sprintf("client payload over %d bytes", MaxPayloadBytes))
+			continue
+		}
+		if c.rateLimited() {
+			c.fail(KindRateLimited, CloseRateLimited, fmt.Sprintf("more than %d client events in %v", e.opts.SendLimit, e.opts.SendWindow))
+			continue
+		}
+		if typ != websocket.MessageText {
+			c.fail(KindDecodeError, CloseDecodeError, "binary frame: the client must send JSON text frames")
+			continue
+		}
+		c.handle(buf[:n])
+	}
+}
+
+// rateLimited counts one client event and reports whether it is over the
+// send limit (the SendLimit+1-th event inside SendWindow).
+func (c *conn) rateLimited() bool {
+	now := c.e.opts.Now().UnixNano()
+	oldest := c.sendTimes[c.sendPos]
+	if c.sendFull && now-oldest < int64(c.e.opts.SendWindow) {
+		return true
+	}
+	c.sendTimes[c.sendPos] = now
+	c.sendPos++
+	if c.sendPos == len(c.sendTimes) {
+		c.sendPos, c.sendFull = 0, true
+	}
+	return false
+}
+
+// handle processes one client payload.
+func (c *conn) handle(frame []byte) {
+	e := c.e
+	p, err := decodeEnvelope(frame)
+	if err != nil {
+		c.fail(KindDecodeError, CloseDecodeError, err.Error())
+		return
+	}
+	e.mu.Lock()
+	phase := c.phase
+	e.mu.Unlock()
+	switch op := *p.Op; op {
+	case OpHeartbeat:
+		c.heartbeat(p.D)
+	case OpIdentify:
+		if phase != phaseUnauth {
+			c.fail(KindAlreadyAuthenticated, CloseAlreadyAuthenticated, "Identify on a connection that already identified or resumed")
+			return
+		}
+		c.identify(p.D)
+	case OpResume:
+		if phase != phaseUnauth {
+			c.fail(KindAlreadyAuthenticated, CloseAlreadyAuthenticated, "Resume on a connection that already identified or resumed")
+			return
+		}
+		c.resume(p.D)
+	case OpPresenceUpdate, OpVoiceStateUpdate, OpRequestGuildMembers, OpRequestSoundboard, OpRequestChannelInfo:
+		if phase != phaseReady {
+			c.fail(KindNotAuthenticated, CloseNotAuthenticated, fmt.Sprintf("op %d before Identify", op))
+			return
+		}
+		// Accepted and ignored: the emulator has no presence, voice or members.
+		if len(p.D) == 0 || string(p.D) == "null" || p.D[0] != '{' {
+			c.fail(KindInvalidPayload, CloseUnknownOpcode, fmt.Sprintf("op %d needs an object in d", op))
+		}
+	default:
+		c.fail(KindUnknownOpcode, CloseUnknownOpcode, fmt.Sprintf("unknown or client-forbidden opcode %d", op))
+	}
+}
+
+// heartbeat ACKs an op 1 (unless a stop_ack fault holds) and re-arms the
+// missed-heartbeat timer. `d` must be the last sequence number or null.
+func (c *conn) heartbeat(d json.RawMessage) {
+	e := c.e
+	if len(d) > 0 && string(d) != "null" {
+		var seq int64
+		if err := json.Unmarshal(d, &seq); err != nil {
+			c.fail(KindInvalidPayload, CloseUnknownOpcode, "heartbeat d must be an integer sequence or null")
+			return
+		}
+	}
+	now := e.opts.Now()
+	c.heartbeats.Add(1)
+	c.lastHeartbeat.Store(now.UnixNano())
+	e.counters.heartbeats.Add(1)
+	dl := e.opts.HeartbeatInterval + e.opts.HeartbeatGrace
+	c.hbDeadline.Store(time.Now().Add(dl).UnixNano())
+	c.hbTimer.Reset(dl)
+	e.mu.Lock()
+	suppressed := c.shard != nil && e.noAck[c.shard[0]]
+	e.mu.Unlock()
+	if suppressed {
+		return
+	}
+	e.counters.acks.Add(1)
+	c.writeOp(OpHeartbeatACK, nil)
+}
+
+// requestHeartbeat sends op 1 and shortens the deadline to the grace period.
+func (c *conn) requestHeartbeat() {
+	e := c.e
+	dl := time.Now().Add(e.opts.HeartbeatGrace)
+	if dl.UnixNano() < c.hbDeadline.Load() {
+		c.hbDeadline.Store(dl.UnixNano())
+		c.hbTimer.Reset(e.opts.HeartbeatGrace)
+	}
+	c.writeOp(OpHeartbeat, nil)
+}
+
+// heartbeatMissed runs when the heartbeat deadline passes.
+func (c *conn) heartbeatMissed() {
+	if c.closing.Load() {
+		return
+	}
+	if time.Now().UnixNano() < c.hbDeadline.Load() {
+		return // a heartbeat re-armed the timer concurrently
+	}
+	c.fail(KindMissedHeartbeat, CloseSessionTimedOut, fmt.Sprintf("no heartbeat within %v + %v grace",
+		c.e.opts.HeartbeatInterval, c.e.opts.HeartbeatGrace))
+}
+
+// fail records a violation by the client and closes with code.
+func (c *conn) fail(kind Kind, code int, detail string) {
+	e := c.e
+	e.mu.Lock()
+	v := Violation{Kind: kind, Conn: c.id, CloseCode: code, Detail: detail, Shard: c.shard}
+	if c.sess != nil {
+		v.Session = c.sess.id
+	}
+	e.violateLocked(v)
+	e.mu.Unlock()
+	c.closeWith(code, detail)
+}
+
+// closeWith closes the connection with code (once). The session, if any, is
+// detached (resumable) or ended according to closeResumable.
+func (c *conn) closeWith(code int, reason string) {
+	if !c.closing.CompareAndSwap(false, true) {
+		return
+	}
+	c.detach(closeResumable(code))
+	if len(reason) > 120 { // a close reason must fit a 125-byte control frame
+		reason = reason[:120]
+	}
+	go c.ws.Close(websocket.StatusCode(code), reason)
+}
+
+// drop closes the TCP connection without a close frame; the session stays resumable.
+func (c *conn) drop() {
+	if !c.closing.CompareAndSwap(false, true) {
+		return
+	}
+	c.detach(true)
+	c.ws.CloseNow()
+}
+
+// clientGone handles the end of the read loop. A client close with 1000 or
+// 1001 ends the session; any other end keeps it resumable (research §1.8).
+func (c *conn) clientGone(err error) {
+	if c.closing.Load() {
+		return
+	}
+	code := websocket.CloseStatus(err)
+	c.closing.Store(true)
+	c.detach(!(code == websocket.StatusNormalClosure || code == websocket.StatusGoingAway))
+	c.e.log.Debug("client closed", "conn", c.id, "code", int(code), "err", err)
+}
+
+// finish releases the connection's resources.
+func (c *conn) finish() {
+	e := c.e
+	if c.hbTimer != nil {
+		c.hbTimer.Stop()
+	}
+	if !c.closing.Load() {
+		c.closing.Store(true)
+		c.detach(true)
+	}
+	c.ws.CloseNow()
+	e.mu.Lock()
+	delete(e.conns, c)
+	e.mu.Unlock()
+	e.counters.open.Add(-1)
+}
+
+// detach separates the connection from its session: the session becomes
+// resumable for ResumeTimeout, or ends.
+func (c *conn) detach(resumable bool) {
+	e := c.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s := c.sess
+	c.sess = nil
+	if s == nil {
+		return
+	}
+	e.detachLocked(s, c, resumable)
+}
+
+// detachLocked detaches s from c. e.mu must be held.
+func (e *Emulator) detachLocked(s *session, c *conn, resumable bool) {
+	s.mu.Lock()
+	if s.conn == c {
+		s.conn = nil
+	}
+	attached := s.conn != nil
+	s.mu.Unlock()
+	if live := e.live[s.shard]; live != nil && !attached {
+		delete(live, s)
+		if len(live) == 0 {
+			delete(e.live, s.shard)
+		}
+	}
+	if !resumable {
+		e.endLocked(s)
+		return
+	}
+	if attached {
+		return
+	}
+	s.mu.Lock()
+	s.detachedUntil = e.opts.Now().Add(e.opts.ResumeTimeout)
+	if s.expiry != nil {
+		s.expiry.Stop()
+	}
+	s.expiry = time.AfterFunc(e.opts.ResumeTimeout, func() {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		s.mu.Lock()
+		stillDetached := s.conn == nil
+		s.mu.Unlock()
+		if stillDetached {
+			e.endLocked(s)
+		}
+	})
+	s.mu.Unlock()
+	e.notifyLocked()
+}
+
+// endLocked ends session s for good. e.mu must be held.
+func (e *Emulator) endLocked(s *session) {
+	if _, ok := e.sessions[s.id]; !ok {
+		return
+	}
+	delete(e.sessions, s.id)
+	if live := e.live[s.shard]; live != nil {
+		delete(live, s)
+		if len(live) == 0 {
+			delete(e.live, s.shard)
+		}
+	}
+	s.mu.Lock()
+	if c := s.conn; c != nil && c.sess == s {
+		c.sess = nil
+	}
+	s.conn = nil
+	s.mu.Unlock()
+	go s.stop()
+	e.notifyLocked()
+}
+
+// writeOp sends a non-dispatch payload.
+func (c *conn) writeOp(op int, d any) {
+	frame, err := json.Marshal(outPayload{Op: op, D: d})
+	if err != nil {
+		c.e.log.Error("marshal op", "op", op, "err", err)
+		return
+	}
+	c.write(frame, false)
+}
+
+// writeDispatch sends a dispatch frame, compressed per Identify compress:true.
+func (c *conn) writeDispatch(frame []byte) { c.write(frame, c.compressD.Load()) }
+
+// write sends one frame: through the zlib stream if the connection asked for
+// compress=zlib-stream, as a standalone zlib message if payloadZlib, else as
+// a text frame.
+func (c *conn) write(frame []byte, payloadZlib bool) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	ctx, cancel := context.WithTimeout(c.e.baseCtx, writeTimeout)
+	defer cancel()
+	var err error
+	switch {
+	case c.zlibTx:
+		c.zbuf.Reset()
+		c.zw.Write(frame)
+		c.zw.Flush() // Z_SYNC_FLUSH: the message ends in 00 00 ff ff
+		err = c.ws.Write(ctx, websocket.MessageBinary, c.zbuf.Bytes())
+	case payloadZlib:
+		var b bytes.Buffer
+		zw := zlib.NewWriter(&b)
+		zw.Write(frame)
+		zw.Close()
+		err = c.ws.Write(ctx, websocket.MessageBinary, b.Bytes())
+	default:
+		err = c.ws.Write(ctx, websocket.MessageText, frame)
+	}
+	if err != nil && !c.closing.Load() {
+		c.e.log.Debug("write", "conn", c.id, "err", err)
+	}
+}

@@ -1,0 +1,208 @@
+package gatewayemu
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Defaults used when the corresponding Options field is zero.
+const (
+	// DefaultToken is the bot token the emulator accepts unless Options.Token is set.
+	DefaultToken = "emulator-token"
+	// DefaultHeartbeatInterval is the interval Discord actually sends (research §1.5).
+	DefaultHeartbeatInterval = 41250 * time.Millisecond
+	// DefaultIdentifyWindow is Discord's per-bucket Identify window (research §1.11).
+	DefaultIdentifyWindow = 5 * time.Second
+	// DefaultIdentifyRejectDelay is how long a refused Identify waits before
+	// op 9 (research §1.12: "after a few seconds").
+	DefaultIdentifyRejectDelay = 2 * time.Second
+	// DefaultBudgetPeriod is the session-start budget period (24 h).
+	DefaultBudgetPeriod = 24 * time.Hour
+	// DefaultResumeTimeout is how long a detached session stays resumable
+	// (Discord: "timeout after a few minutes").
+	DefaultResumeTimeout = 3 * time.Minute
+	// DefaultReplayLimit is how many dispatches a session keeps for replay.
+	DefaultReplayLimit = 1024
+	// DefaultSendWindow is the window of the 120-event send limit.
+	DefaultSendWindow = 60 * time.Second
+	// DefaultReconnectGrace is how long a connection may stay open after op 7
+	// before the emulator closes it (Discord "may close a few seconds after").
+	DefaultReconnectGrace = 5 * time.Second
+	// DefaultGuilds is the number of synthetic guilds.
+	DefaultGuilds = 4
+)
+
+// ErrBadOptions wraps every option validation failure.
+var ErrBadOptions = errors.New("gatewayemu: bad options")
+
+// Options configure an Emulator. The zero value is a usable single-shard bot
+// with Discord's real timings; tests shorten the durations.
+type Options struct {
+	// Token is the bot token without the "Bot " prefix. Identify accepts it
+	// with or without the prefix; HTTP requires "Authorization: Bot <token>".
+	Token string
+	// Shards is the recommended shard count returned by /gateway/bot (default 1).
+	Shards int
+	// ShardMultiple, when > 1, is large-bot mode: num_shards in Identify must
+	// be a multiple of it or Identify is closed with 4010.
+	ShardMultiple int
+	// MaxConcurrency is session_start_limit.max_concurrency (default 1).
+	MaxConcurrency int
+	// IdentifyWindow is the per-bucket Identify window (default 5 s).
+	IdentifyWindow time.Duration
+	// IdentifyRejectDelay is the delay before op 9 false for an Identify
+	// refused by its bucket (default 2 s; negative means no delay).
+	IdentifyRejectDelay time.Duration
+	// SessionStarts is session_start_limit.total (default 1000).
+	SessionStarts int
+	// BudgetPeriod is how often the session-start budget resets (default 24 h).
+	BudgetPeriod time.Duration
+	// KeepTokenOnExhaust, if set, keeps the token valid after the budget is
+	// exceeded. By default the token is revoked (old token → 4004) until the
+	// budget resets or ResetBudget is called, as Discord resets the token.
+	KeepTokenOnExhaust bool
+	// HeartbeatInterval is sent in Hello (default 41250 ms).
+	HeartbeatInterval time.Duration
+	// HeartbeatGrace is added to the interval before a silent client is
+	// closed with 4009 (default a quarter of the interval).
+	HeartbeatGrace time.Duration
+	// ApprovedIntents are the privileged intents enabled for the application;
+	// any other privileged intent in Identify is closed with 4014.
+	ApprovedIntents int64
+	// Guilds is the number of synthetic guilds (default 4; ignored if GuildIDs is set).
+	Guilds int
+	// GuildIDs, if set, are the exact guild snowflakes of the bot.
+	GuildIDs []uint64
+	// MessagesPerSecond is the rate of synthetic MESSAGE_CREATE dispatches per
+	// ready session (0 = none).
+	MessagesPerSecond float64
+	// ResumeTimeout is how long a detached session stays resumable (default 3 min).
+	ResumeTimeout time.Duration
+	// ReplayLimit is how many dispatches each session keeps for replay (default 1024).
+	ReplayLimit int
+	// SendLimit and SendWindow are the client send limit (default 120 per 60 s).
+	SendLimit  int
+	SendWindow time.Duration
+	// ReconnectGrace is how long after an injected op 7 the emulator closes
+	// the connection itself (default 5 s).
+	ReconnectGrace time.Duration
+	// AllowUnknownFields accepts unknown top-level fields in Identify and
+	// Resume `d` instead of closing with 4001.
+	AllowUnknownFields bool
+	// SkipBucketOrder disables the bucket_out_of_order violation.
+	SkipBucketOrder bool
+	// TLS serves https/wss with a CA generated at start instead of http/ws.
+	TLS bool
+	// PublicHost overrides the host:port written into the gateway URLs
+	// (default: the listener's address).
+	PublicHost string
+	// Logger receives structured logs (default: discard).
+	Logger *slog.Logger
+	// Now is the clock used for time stamps and windows (default time.Now).
+	Now func() time.Time
+}
+
+// withDefaults returns o with every zero field replaced by its default, or an
+// error naming the first invalid field.
+func (o Options) withDefaults() (Options, error) {
+	if o.Token == "" {
+		o.Token = DefaultToken
+	}
+	if o.Shards == 0 {
+		o.Shards = 1
+	}
+	if o.MaxConcurrency == 0 {
+		o.MaxConcurrency = 1
+	}
+	if o.IdentifyWindow == 0 {
+		o.IdentifyWindow = DefaultIdentifyWindow
+	}
+	if o.IdentifyRejectDelay == 0 {
+		o.IdentifyRejectDelay = DefaultIdentifyRejectDelay
+	}
+	if o.IdentifyRejectDelay < 0 {
+		o.IdentifyRejectDelay = 0
+	}
+	if o.SessionStarts == 0 {
+		o.SessionStarts = DefaultSessionStarts
+	}
+	if o.BudgetPeriod == 0 {
+		o.BudgetPeriod = DefaultBudgetPeriod
+	}
+	if o.HeartbeatInterval == 0 {
+		o.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if o.HeartbeatGrace == 0 {
+		o.HeartbeatGrace = o.HeartbeatInterval / 4
+	}
+	if o.Guilds == 0 && len(o.GuildIDs) == 0 {
+		o.Guilds = DefaultGuilds
+	}
+	if o.ResumeTimeout == 0 {
+		o.ResumeTimeout = DefaultResumeTimeout
+	}
+	if o.ReplayLimit == 0 {
+		o.ReplayLimit = DefaultReplayLimit
+	}
+	if o.SendLimit == 0 {
+		o.SendLimit = SendLimitEvents
+	}
+	if o.SendWindow == 0 {
+		o.SendWindow = DefaultSendWindow
+	}
+	if o.ReconnectGrace == 0 {
+		o.ReconnectGrace = DefaultReconnectGrace
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	switch {
+	case o.Shards < 1:
+		return o, fmt.Errorf("%w: shards %d < 1", ErrBadOptions, o.Shards)
+	case o.MaxConcurrency < 1:
+		return o, fmt.Errorf("%w: max_concurrency %d < 1", ErrBadOptions, o.MaxConcurrency)
+	case o.ShardMultiple < 0:
+		return o, fmt.Errorf("%w: shard multiple %d < 0", ErrBadOptions, o.ShardMultiple)
+	case o.IdentifyWindow < 0:
+		return o, fmt.Errorf("%w: identify window %v < 0", ErrBadOptions, o.IdentifyWindow)
+	case o.SessionStarts < 1:
+		return o, fmt.Errorf("%w: session starts %d < 1", ErrBadOptions, o.SessionStarts)
+	case o.BudgetPeriod < 0:
+		return o, fmt.Errorf("%w: budget period %v < 0", ErrBadOptions, o.BudgetPeriod)
+	case o.HeartbeatInterval < time.Millisecond:
+		return o, fmt.Errorf("%w: heartbeat interval %v < 1ms", ErrBadOptions, o.HeartbeatInterval)
+	case o.HeartbeatGrace < 0:
+		return o, fmt.Errorf("%w: heartbeat grace %v < 0", ErrBadOptions, o.HeartbeatGrace)
+	case o.Guilds < 0:
+		return o, fmt.Errorf("%w: guilds %d < 0", ErrBadOptions, o.Guilds)
+	case o.MessagesPerSecond < 0:
+		return o, fmt.Errorf("%w: messages per second %v < 0", ErrBadOptions, o.MessagesPerSecond)
+	case o.ResumeTimeout < 0 || o.ReconnectGrace < 0 || o.SendWindow < 0:
+		return o, fmt.Errorf("%w: negative duration", ErrBadOptions)
+	case o.ReplayLimit < 1 || o.SendLimit < 1:
+		return o, fmt.Errorf("%w: replay limit and send limit must be >= 1", ErrBadOptions)
+	case o.ApprovedIntents&^PrivilegedIntents != 0:
+		return o, fmt.Errorf("%w: approved intents %#x include non-privileged bits", ErrBadOptions, o.ApprovedIntents)
+	}
+	return o, nil
+}
+
+// guildIDs returns the bot's guild snowflakes: GuildIDs if set, otherwise
+// Guilds synthetic IDs whose timestamps are consecutive milliseconds, so they
+// spread evenly over any shard count.
+func (o Options) guildIDs() []uint64 {
+	if len(o.GuildIDs) > 0 {
+		return append([]uint64(nil), o.GuildIDs...)
+	}
+	ids := make([]uint64, o.Guilds)
+	const base = 300_000_000_000 // ms after the Discord epoch (2024)
+	for i := range ids {
+		ids[i] = uint64(base+i)<<22 | uint64(i&0xfff)
+	}
+	return ids
+}

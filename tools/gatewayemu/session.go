@@ -1,0 +1,234 @@
+package gatewayemu
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"sync"
+	"time"
+)
+
+// Synthetic identities used in READY and dispatches.
+const (
+	applicationID = 1100000000000000001
+	botUsername   = "emulator-bot"
+	authorID      = 1100000000000000002
+)
+
+// session is a Gateway session: it outlives connections until it is ended
+// (client close 1000/1001, op 9 false, fatal close, resume timeout).
+type session struct {
+	id      string
+	shard   [2]int
+	guilds  []uint64
+	created time.Time
+
+	// mu orders dispatches: sequence numbers, the replay buffer and writes
+	// to the attached connection happen under it.
+	mu            sync.Mutex
+	seq           int64
+	buf           []buffered // replay ring, oldest first
+	conn          *conn      // attached connection; written under e.mu and mu
+	ended         bool
+	resumes       int
+	expiry        *time.Timer // resume timeout while detached
+	detachedUntil time.Time
+	stopCh        chan struct{}
+	stopOnce      sync.Once
+}
+
+// buffered is one dispatch kept for replay.
+type buffered struct {
+	seq   int64
+	frame []byte
+}
+
+func newSessionID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// stop ends background work of the session (message generator, expiry).
+func (s *session) stop() {
+	s.stopOnce.Do(func() { close(s.stopCh) })
+	s.mu.Lock()
+	s.ended = true
+	if s.expiry != nil {
+		s.expiry.Stop()
+	}
+	s.mu.Unlock()
+}
+
+// info describes s. e.mu must be held.
+func (s *session) info(e *Emulator) SessionInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	si := SessionInfo{ID: s.id, Shard: s.shard, Seq: s.seq, CreatedAt: s.created, Resumes: s.resumes}
+	if c := s.conn; c != nil {
+		si.State = SessionConnected
+		si.Conn = c.id
+		si.Heartbeats = c.heartbeats.Load()
+		if ns := c.lastHeartbeat.Load(); ns != 0 {
+			t := time.Unix(0, ns)
+			si.LastHeartbeat = &t
+		}
+	} else {
+		si.State = SessionDetached
+		t := s.detachedUntil
+		si.ResumableUntil = &t
+	}
+	si.AckSuppressed = e.noAck[s.shard[0]]
+	return si
+}
+
+// dispatch sends event t with data d on session s: it takes the next
+// sequence number, keeps the frame for replay and writes it to the attached
+// connection unless that connection was told to reconnect.
+func (e *Emulator) dispatch(s *session, t string, d any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended {
+		return
+	}
+	s.seq++
+	seq := s.seq
+	frame, err := json.Marshal(outPayload{Op: OpDispatch, D: d, S: &seq, T: &t})
+	if err != nil {
+		e.log.Error("marshal dispatch", "t", t, "err", err)
+		return
+	}
+	s.buf = append(s.buf, buffered{seq: seq, frame: frame})
+	if over := len(s.buf) - e.opts.ReplayLimit; over > 0 {
+		s.buf = append(s.buf[:0:0], s.buf[over:]...)
+	}
+	e.counters.dispatches.Add(1)
+	if c := s.conn; c != nil && !c.draining.Load() {
+		c.writeDispatch(frame)
+	}
+}
+
+// replayLocked writes the buffered dispatches after seq to c, then RESUMED.
+// It reports false if seq cannot be replayed. s.mu must be held.
+func (e *Emulator) replayLocked(s *session, c *conn, seq int64) bool {
+	if seq > s.seq {
+		return false
+	}
+	if len(s.buf) > 0 && seq < s.buf[0].seq-1 {
+		return false
+	}
+	if len(s.buf) == 0 && seq < s.seq {
+		return false
+	}
+	for _, b := range s.buf {
+		if b.seq > seq {
+			c.writeDispatch(b.frame)
+			e.counters.replayed.Add(1)
+		}
+	}
+	s.seq++
+	rs := s.seq
+	t := "RESUMED"
+	frame, _ := json.Marshal(outPayload{Op: OpDispatch, D: map[string]any{}, S: &rs, T: &t})
+	c.writeDispatch(frame)
+	e.counters.dispatches.Add(1)
+	return true
+}
+
+// readyData builds READY (research §1.7).
+func (e *Emulator) readyData(s *session, version int) map[string]any {
+	guilds := make([]map[string]any, 0, len(s.guilds))
+	for _, g := range s.guilds {
+		guilds = append(guilds, map[string]any{"id": snowflake(g), "unavailable": true})
+	}
+	return map[string]any{
+		"v": version,
+		"user": map[string]any{
+			"id": snowflake(applicationID), "username": botUsername, "discriminator": "0",
+			"global_name": nil, "avatar": nil, "bot": true, "verified": true,
+			"mfa_enabled": false, "flags": 0,
+		},
+		"guilds":              guilds,
+		"session_id":          s.id,
+		"resume_gateway_url":  e.ResumeURL(),
+		"shard":               []int{s.shard[0], s.shard[1]},
+		"application":         map[string]any{"id": snowflake(applicationID), "flags": 0},
+		"private_channels":    []any{},
+		"relationships":       []any{},
+		"guild_join_requests": []any{},
+		"user_settings":       map[string]any{},
+		"presences":           []any{},
+	}
+}
+
+// guildCreateData builds a small but complete GUILD_CREATE for guild g.
+func guildCreateData(g uint64, joined time.Time) map[string]any {
+	id := snowflake(g)
+	return map[string]any{
+		"id": id, "name": "guild " + id, "icon": nil, "owner_id": snowflake(authorID),
+		"unavailable": false, "large": false, "member_count": 2,
+		"joined_at": joined.UTC().Format(time.RFC3339Nano),
+		"features":  []string{}, "roles": []any{map[string]any{
+			"id": id, "name": "@everyone", "permissions": "0", "position": 0,
+			"color": 0, "hoist": false, "managed": false, "mentionable": false,
+		}},
+		"emojis": []any{}, "stickers": []any{}, "members": []any{}, "presences": []any{},
+		"voice_states": []any{}, "threads": []any{}, "stage_instances": []any{},
+		"guild_scheduled_events": []any{}, "soundboard_sounds": []any{},
+		"channels": []any{map[string]any{
+			"id": snowflake(g + 1), "type": 0, "name": "general", "position": 0,
+			"guild_id": id, "permission_overwrites": []any{},
+		}},
+	}
+}
+
+// messageCreateData builds a MESSAGE_CREATE in guild g (0 = a DM).
+func messageCreateData(n uint64, g uint64, now time.Time) map[string]any {
+	msgID := uint64(now.UnixMilli()-discordEpochMillis)<<22 | n&0x3fffff
+	d := map[string]any{
+		"id": snowflake(msgID), "type": 0, "content": "synthetic message " + snowflake(n),
+		"author": map[string]any{"id": snowflake(authorID), "username": "someone",
+			"discriminator": "0", "global_name": nil, "avatar": nil},
+		"timestamp": now.UTC().Format(time.RFC3339Nano), "edited_timestamp": nil,
+		"tts": false, "mention_everyone": false, "mentions": []any{}, "mention_roles": []any{},
+		"attachments": []any{}, "embeds": []any{}, "pinned": false, "flags": 0,
+	}
+	if g != 0 {
+		d["guild_id"] = snowflake(g)
+		d["channel_id"] = snowflake(g + 1)
+	} else {
+		d["channel_id"] = snowflake(authorID + 1)
+	}
+	return d
+}
+
+// runMessages dispatches synthetic MESSAGE_CREATEs at MessagesPerSecond
+// until the session ends. Guild messages rotate over the shard's guilds;
+// shard 0 without guilds gets DMs (research §1.14).
+func (e *Emulator) runMessages(s *session) {
+	period := time.Duration(float64(time.Second) / e.opts.MessagesPerSecond)
+	if period <= 0 {
+		period = time.Microsecond
+	}
+	if len(s.guilds) == 0 && s.shard[0] != 0 {
+		return
+	}
+	t := time.NewTicker(period)
+	defer t.Stop()
+	var n uint64
+	for {
+		select {
+		case <-s.stopCh:
+			return
+		case <-e.baseCtx.Done():
+			return
+		case <-t.C:
+		}
+		n++
+		var g uint64
+		if len(s.guilds) > 0 {
+			g = s.guilds[int(n)%len(s.guilds)]
+		}
+		e.dispatch(s, "MESSAGE_CREATE", messageCreateData(n, g, e.opts.Now()))
+	}
+}
