@@ -1,0 +1,158 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/discord-pxe/dpxe/appliance"
+)
+
+// Checkin renews a node's lease, records its health and shard status,
+// applies its acknowledgement of the current plan, and answers with the
+// node's assignment and which of its shards are still pending hand-off.
+//
+// The request must already be validated (appliance.ParseCheckinRequest)
+// and authenticated. addr is the node's address as the server saw it.
+// When the answer lets the node start a shard it could not start before,
+// or carries a new generation, Checkin returns only after that state is
+// committed durably.
+func (c *Controller) Checkin(ctx context.Context, req *appliance.CheckinRequest, addr string) (appliance.CheckinResponse, error) {
+	t := c.now()
+	c.mu.Lock()
+	c.sweepLocked(t)
+	n := c.nodes[req.NodeID]
+	if n == nil {
+		c.mu.Unlock()
+		return appliance.CheckinResponse{}, fmt.Errorf("node %s: %w", req.NodeID, ErrUnknownNode)
+	}
+	for i := range req.Shards {
+		if req.Shards[i].ID >= c.cfg.TotalShards {
+			c.mu.Unlock()
+			return appliance.CheckinResponse{}, &appliance.FieldError{Field: fmt.Sprintf("shards[%d].id", i),
+				Reason: fmt.Sprintf("%d out of range 0..%d: %v", req.Shards[i].ID, c.cfg.TotalShards-1, ErrShardRange)}
+		}
+	}
+	if !n.live {
+		n.live = true
+		i, _ := slices.BinarySearchFunc(c.live, n.id, func(a *node, id string) int {
+			switch {
+			case a.id < id:
+				return -1
+			case a.id > id:
+				return 1
+			}
+			return 0
+		})
+		c.live = slices.Insert(c.live, i, n)
+		c.dirty = true
+		if n.firstSeen.IsZero() {
+			n.firstSeen = t
+			c.eventLocked(t, EventNodeFirstSeen, n.id, nil, fmt.Sprintf("capacity %d from %s", req.Capacity, addr))
+			c.log.Info("node first seen", "node", n.id, "capacity", req.Capacity, "addr", addr)
+		} else {
+			c.log.Info("node rejoined", "node", n.id, "capacity", req.Capacity, "addr", addr)
+		}
+	}
+	if uint32(req.Capacity) != n.capacity {
+		n.capacity = uint32(req.Capacity)
+		c.dirty = true
+	}
+	n.lastSeen = t
+	n.deadline = t.Add(c.cfg.Lease)
+	if n.deadline.Before(c.nextSweep) {
+		c.nextSweep = n.deadline.Add(time.Nanosecond)
+	}
+	n.address = addr
+	n.counts = [4]int{req.ReadyShards, req.StartingShards, req.BackoffShards, req.FatalShards}
+	if req.Shards != nil {
+		n.status = append(n.status[:0], req.Shards...)
+		n.statusAt = t
+		if c.stage.status == nil {
+			c.stage.status = map[*node]struct{}{}
+		}
+		c.stage.status[n] = struct{}{}
+	}
+
+	// Acknowledgement: the node runs nothing outside this generation's
+	// range, so it no longer holds the rest.
+	if req.Generation == c.gen && req.Generation != 0 {
+		n.ackedGen = req.Generation
+		c.releaseOutsideLocked(n)
+	}
+	c.maybeRebalanceLocked(t)
+
+	// Grant every assigned shard nobody else holds.
+	resp := appliance.CheckinResponse{
+		Generation:     c.gen,
+		TotalShards:    c.cfg.TotalShards,
+		Assigned:       make([]uint32, 0, n.plan.Count),
+		Pending:        []uint32{},
+		RangeStart:     n.plan.Start,
+		RangeCount:     n.plan.Count,
+		LeaseSeconds:   uint32(c.cfg.Lease / time.Second),
+		MaxConcurrency: c.cfg.MaxConcurrency,
+	}
+	grew := false
+	for s := n.plan.Start; s < n.plan.Start+n.plan.Count; s++ {
+		resp.Assigned = append(resp.Assigned, s)
+		switch c.holder[s] {
+		case n:
+		case nil:
+			c.holder[s] = n
+			n.held = insertSorted(n.held, s)
+			grew = true
+		default:
+			resp.Pending = append(resp.Pending, s)
+		}
+	}
+	next := c.cfg.Lease / 3
+	if len(resp.Pending) > 0 || c.dirty || n.ackedGen != c.gen {
+		next = min(next, settleCheckin)
+	}
+	resp.NextCheckinMS = uint32(next / time.Millisecond)
+	c.stageNodeLocked(n)
+	// The answer may go out once its generation and its grants are durable.
+	need := c.genSeq
+	if grew {
+		c.stage.seq++
+		need = c.stage.seq
+	}
+	durable := need <= c.flushedSeq
+	c.mu.Unlock()
+	if !durable {
+		if err := c.waitDurable(ctx, need); err != nil {
+			return appliance.CheckinResponse{}, err
+		}
+	}
+	return resp, nil
+}
+
+// releaseOutsideLocked drops from n's held set every shard outside its
+// current range.
+func (c *Controller) releaseOutsideLocked(n *node) {
+	kept := n.held[:0]
+	for _, s := range n.held {
+		if n.plan.Contains(s) {
+			kept = append(kept, s)
+			continue
+		}
+		if c.holder[s] == n {
+			c.holder[s] = nil
+		}
+	}
+	if len(kept) != len(n.held) {
+		c.stageNodeLocked(n)
+	}
+	n.held = kept
+}
+
+// insertSorted inserts s into the sorted slice ids, which does not hold it.
+func insertSorted(ids []uint32, s uint32) []uint32 {
+	if len(ids) == 0 || ids[len(ids)-1] < s {
+		return append(ids, s)
+	}
+	i, _ := slices.BinarySearch(ids, s)
+	return slices.Insert(ids, i, s)
+}

@@ -1,0 +1,510 @@
+// Package controller decides which node may run which Discord shard and
+// when a shard may Identify. It owns the shard plan (seed 004's
+// deterministic capacity-weighted contiguous rebalance), node leases, the
+// safe hand-off of shards between nodes, Identify claims per concurrency
+// bucket with the daily session-start budget, per-shard status, and guild
+// routing.
+//
+// All state lives in memory behind one mutex and is persisted through
+// fleet/store: changes a safety argument depends on (a node being allowed to
+// start a shard, a new generation, an Identify grant) are committed durably
+// before the answer that depends on them is returned; lease renewals, status
+// and most events are written in batches. docs/handoff.md argues why no
+// shard ever has two live owners, including across a controller restart.
+//
+// Time comes from an injected clock, so tests drive leases without sleeping.
+package controller
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/discord-pxe/dpxe/appliance"
+	"github.com/discord-pxe/dpxe/fleet/store"
+)
+
+// Defaults of Config.
+const (
+	DefaultTotalShards    = 16
+	DefaultMaxConcurrency = 1
+	DefaultLease          = 30 * time.Second
+	DefaultIdentifyWindow = 5 * time.Second // Discord: max_concurrency Identifies per 5 s
+	DefaultRebalanceEvery = 250 * time.Millisecond
+	DefaultSessionBudget  = 1000 // Discord's usual daily session starts
+	DefaultSessionReserve = 10
+	// MaxMaxConcurrency bounds max_concurrency (Discord's largest tiers are far below).
+	MaxMaxConcurrency = 4096
+	// budgetPeriod is the length of Discord's session-start budget window.
+	budgetPeriod = 24 * time.Hour
+	// settleCheckin is how soon a node should check in again while some of
+	// its shards are pending or the plan is about to change.
+	settleCheckin = time.Second
+	// credentialBytes is the entropy of a node credential.
+	credentialBytes = 32
+)
+
+// Event kinds of the audit log.
+const (
+	EventNodeFirstSeen    = "node_first_seen"
+	EventLeaseExpired     = "lease_expired"
+	EventDrain            = "drain"
+	EventUndrain          = "undrain"
+	EventPlanChanged      = "plan_changed"
+	EventIdentifyGranted  = "identify_granted"
+	EventIdentifyRefused  = "identify_refused"
+	EventNodeAdded        = "node_added"
+	EventControllerStart  = "controller_start"
+	EventBudgetConfigured = "budget_set"
+)
+
+// Errors.
+var (
+	// ErrUnknownNode is returned for a node ID that is not in the inventory.
+	ErrUnknownNode = errors.New("unknown node")
+	// ErrBadCredential is returned when a credential does not match.
+	ErrBadCredential = errors.New("credential does not match")
+	// ErrNoOwner is returned by Route when the shard has no live owner.
+	ErrNoOwner = errors.New("shard has no live owner")
+	// ErrTotalChanged is returned by New when the store's plan has another
+	// shard total and some node may still run shards of it.
+	ErrTotalChanged = errors.New("total shard count differs from the stored plan while nodes still hold shards")
+	// ErrConfig is wrapped by configuration errors.
+	ErrConfig = errors.New("controller config")
+	// ErrShardRange is returned for a shard ID at or above the total.
+	ErrShardRange = errors.New("shard ID out of range")
+)
+
+// Config is the controller's policy. The zero value of a field means its
+// default.
+type Config struct {
+	TotalShards    uint32        // global shard count, 1..appliance.MaxTotalShards
+	MaxConcurrency uint32        // Discord's max_concurrency, 1..MaxMaxConcurrency
+	Lease          time.Duration // node lease; nodes renew every third of it
+	IdentifyWindow time.Duration // one Identify per bucket per window
+	// RebalanceEvery is the least time between two rebalances; membership
+	// changes closer together are folded into one. Negative means
+	// rebalance on every change.
+	RebalanceEvery time.Duration
+	SessionBudget  int // daily session starts when the store has none
+	SessionReserve int // session starts kept back from Identify grants
+}
+
+func (c *Config) fill() error {
+	if c.TotalShards == 0 {
+		c.TotalShards = DefaultTotalShards
+	}
+	if c.MaxConcurrency == 0 {
+		c.MaxConcurrency = DefaultMaxConcurrency
+	}
+	if c.Lease == 0 {
+		c.Lease = DefaultLease
+	}
+	if c.IdentifyWindow == 0 {
+		c.IdentifyWindow = DefaultIdentifyWindow
+	}
+	if c.RebalanceEvery == 0 {
+		c.RebalanceEvery = DefaultRebalanceEvery
+	}
+	if c.SessionBudget == 0 {
+		c.SessionBudget = DefaultSessionBudget
+	}
+	switch {
+	case c.TotalShards > appliance.MaxTotalShards:
+		return fmt.Errorf("%w: total_shards %d out of range 1..%d", ErrConfig, c.TotalShards, appliance.MaxTotalShards)
+	case c.MaxConcurrency > MaxMaxConcurrency:
+		return fmt.Errorf("%w: max_concurrency %d out of range 1..%d", ErrConfig, c.MaxConcurrency, MaxMaxConcurrency)
+	case c.Lease < time.Second || c.Lease > time.Hour:
+		return fmt.Errorf("%w: lease %v out of range 1s..1h", ErrConfig, c.Lease)
+	case c.IdentifyWindow < time.Millisecond || c.IdentifyWindow > time.Minute:
+		return fmt.Errorf("%w: identify_window %v out of range 1ms..1m", ErrConfig, c.IdentifyWindow)
+	case c.SessionBudget < 1:
+		return fmt.Errorf("%w: session_budget %d must be positive", ErrConfig, c.SessionBudget)
+	case c.SessionReserve < 0 || c.SessionReserve >= c.SessionBudget:
+		return fmt.Errorf("%w: session_reserve %d out of range 0..%d", ErrConfig, c.SessionReserve, c.SessionBudget-1)
+	}
+	return nil
+}
+
+// node is the controller's record of one inventory node.
+type node struct {
+	id        string
+	credHash  [sha256.Size]byte
+	createdAt time.Time
+
+	live          bool
+	draining      bool
+	capacity      uint32
+	firstSeen     time.Time
+	lastSeen      time.Time
+	deadline      time.Time // lease deadline: lastSeen + lease
+	ackedGen      uint64
+	address       string
+	counts        [4]int // ready, starting, backoff, fatal
+	plan          Range  // the node's range in the current plan
+	held          []uint32
+	status        []appliance.ShardStatus
+	statusAt      time.Time
+	lastRefusalEv time.Time
+}
+
+// Controller is the fleet's control plane. Its methods are safe for
+// concurrent use.
+type Controller struct {
+	cfg Config
+	now func() time.Time
+	st  *store.Store
+	log *slog.Logger
+
+	mu            sync.Mutex
+	nodes         map[string]*node
+	live          []*node // live nodes sorted by ID
+	holder        []*node // per shard: the live node that may run it, or nil
+	gen           uint64
+	planChangedAt time.Time
+	dirty         bool      // membership, capacity or drain changed since the last rebalance
+	lastRebalance time.Time // when the last rebalance ran
+	graceUntil    time.Time // no rebalance before this (restart safety)
+	nextSweep     time.Time // earliest lease deadline of a live node
+	lastGrant     []time.Time
+	budget        store.Budget
+	stage         stage
+	genSeq        uint64 // stage sequence of the current generation
+
+	flushMu    sync.Mutex // serialises flushes; taken before mu
+	flushedSeq uint64     // highest durable sequence committed; guarded by mu
+}
+
+// New loads the controller state from st and returns a controller that
+// uses now as its clock. Every node the store shows as live, or as possibly
+// running shards, is treated as live for one more full lease from now, and
+// no rebalance happens before then: a node may have renewed just before the
+// previous controller stopped.
+func New(ctx context.Context, st *store.Store, cfg Config, now func() time.Time, log *slog.Logger) (*Controller, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	c := &Controller{
+		cfg:       cfg,
+		now:       now,
+		st:        st,
+		log:       log,
+		nodes:     map[string]*node{},
+		holder:    make([]*node, cfg.TotalShards),
+		lastGrant: make([]time.Time, cfg.MaxConcurrency),
+	}
+	t := now()
+	rows, err := st.Nodes(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("controller: load nodes: %w", err)
+	}
+	plan, havePlan, err := st.LoadPlan(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("controller: load plan: %w", err)
+	}
+	sameTotal := !havePlan || plan.TotalShards == cfg.TotalShards
+	restored := 0
+	for _, r := range rows {
+		n := &node{id: r.ID, createdAt: r.CreatedAt, draining: r.Draining, capacity: uint32(r.Capacity),
+			firstSeen: r.FirstSeen, lastSeen: r.LastSeen, ackedGen: r.AckedGeneration, address: r.Address,
+			counts: [4]int{r.Ready, r.Starting, r.Backoff, r.Fatal}}
+		copy(n.credHash[:], r.CredHash)
+		c.nodes[n.id] = n
+		if !r.Live && r.Held == "" {
+			continue
+		}
+		if !sameTotal {
+			return nil, fmt.Errorf("controller: store has %d shards, config %d, node %s: %w", plan.TotalShards, cfg.TotalShards, r.ID, ErrTotalChanged)
+		}
+		held, err := decodeHeld(r.Held, cfg.TotalShards)
+		if err != nil {
+			return nil, fmt.Errorf("controller: node %s: %w", r.ID, err)
+		}
+		n.live = true
+		n.deadline = t.Add(cfg.Lease)
+		if n.capacity == 0 {
+			n.capacity = 1
+		}
+		for _, s := range held {
+			if other := c.holder[s]; other != nil {
+				// A consistent snapshot never has this; keep both
+				// claims visible by leaving the first holder.
+				log.Error("stored held sets overlap", "shard", s, "node", n.id, "other", other.id)
+				continue
+			}
+			c.holder[s] = n
+			n.held = append(n.held, s)
+		}
+		c.live = append(c.live, n)
+		restored++
+	}
+	slices.SortFunc(c.live, func(a, b *node) int { return strings.Compare(a.id, b.id) })
+	if havePlan && sameTotal {
+		c.gen = plan.Generation
+		c.planChangedAt = plan.ChangedAt
+		for _, r := range plan.Ranges {
+			if n := c.nodes[r.NodeID]; n != nil && n.live {
+				n.plan = Range{r.Start, r.Count}
+			}
+		}
+	} else if havePlan {
+		c.gen = plan.Generation
+		c.dirty = true
+	}
+	if restored > 0 {
+		c.graceUntil = t.Add(cfg.Lease)
+	}
+	c.nextSweep = t.Add(cfg.Lease)
+	// Identify: every bucket counts as just granted, so no bucket grants
+	// twice within a window across a restart even if clocks disagree.
+	for i := range c.lastGrant {
+		c.lastGrant[i] = t
+	}
+	if b, ok, err := st.LoadBudget(ctx); err != nil {
+		return nil, fmt.Errorf("controller: load budget: %w", err)
+	} else if ok {
+		c.budget = b
+	} else {
+		c.budget = store.Budget{Total: cfg.SessionBudget, Remaining: cfg.SessionBudget, ResetAt: t.Add(budgetPeriod)}
+		c.stage.budget = true
+	}
+	c.eventLocked(t, EventControllerStart, "", nil, fmt.Sprintf("generation %d, %d nodes restored live until %s",
+		c.gen, restored, c.graceUntil.Format(time.RFC3339)))
+	if err := c.Flush(ctx); err != nil {
+		return nil, fmt.Errorf("controller: %w", err)
+	}
+	log.Info("controller loaded", "nodes", len(c.nodes), "restored_live", restored, "generation", c.gen,
+		"total_shards", cfg.TotalShards, "max_concurrency", cfg.MaxConcurrency, "lease", cfg.Lease)
+	return c, nil
+}
+
+// Config returns the controller's effective configuration.
+func (c *Controller) Config() Config { return c.cfg }
+
+// hashCredential returns the stored form of a credential.
+func hashCredential(cred string) [sha256.Size]byte { return sha256.Sum256([]byte(cred)) }
+
+// NewCredential returns a fresh node credential: 32 random bytes in
+// unpadded base64url, which appliance.ValidateCredential accepts.
+func NewCredential() (string, error) {
+	b := make([]byte, credentialBytes)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return base64.RawURLEncoding.EncodeToString(b), nil
+}
+
+// AddNode creates a node in the inventory and returns its credential,
+// which is not stored anywhere in clear.
+func (c *Controller) AddNode(ctx context.Context, id string) (string, error) {
+	if err := appliance.ValidateNodeID(id); err != nil {
+		return "", err
+	}
+	cred, err := NewCredential()
+	if err != nil {
+		return "", err
+	}
+	h := hashCredential(cred)
+	t := c.now()
+	if err := c.st.CreateNode(ctx, id, h[:], t); err != nil {
+		return "", err
+	}
+	c.mu.Lock()
+	c.nodes[id] = &node{id: id, credHash: h, createdAt: t}
+	c.eventLocked(t, EventNodeAdded, id, nil, "")
+	c.mu.Unlock()
+	c.log.Info("node added", "node", id)
+	return cred, nil
+}
+
+// Authenticate checks a node's credential in constant time. A node added
+// to the store by another process is picked up here.
+func (c *Controller) Authenticate(ctx context.Context, id, cred string) error {
+	c.mu.Lock()
+	n := c.nodes[id]
+	var want [sha256.Size]byte
+	if n != nil {
+		want = n.credHash
+	}
+	c.mu.Unlock()
+	if n == nil {
+		row, err := c.st.Node(ctx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			return ErrUnknownNode
+		}
+		if err != nil {
+			return err
+		}
+		c.mu.Lock()
+		if n = c.nodes[id]; n == nil {
+			n = &node{id: id, createdAt: row.CreatedAt}
+			copy(n.credHash[:], row.CredHash)
+			c.nodes[id] = n
+		}
+		want = n.credHash
+		c.mu.Unlock()
+	}
+	got := hashCredential(cred)
+	if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+		return ErrBadCredential
+	}
+	return nil
+}
+
+// sweepLocked expires the leases that passed by t (seed 004: a node whose
+// last check-in is older than the lease leaves the live set) and releases
+// what those nodes held: they stop their shards by their own deadline,
+// which is never later than ours.
+func (c *Controller) sweepLocked(t time.Time) {
+	if t.Before(c.nextSweep) {
+		return
+	}
+	next := t.Add(c.cfg.Lease)
+	kept := c.live[:0]
+	for _, n := range c.live {
+		if t.After(n.deadline) {
+			c.expireLocked(t, n)
+			continue
+		}
+		if n.deadline.Before(next) {
+			next = n.deadline
+		}
+		kept = append(kept, n)
+	}
+	clear(c.live[len(kept):])
+	c.live = kept
+	c.nextSweep = next.Add(time.Nanosecond)
+}
+
+// expireLocked takes n out of the live set; the caller removes it from c.live.
+func (c *Controller) expireLocked(t time.Time, n *node) {
+	n.live = false
+	for _, s := range n.held {
+		if c.holder[s] == n {
+			c.holder[s] = nil
+		}
+	}
+	n.held = nil
+	n.plan = Range{}
+	n.status = nil
+	c.dirty = true
+	c.stageNodeLocked(n)
+	c.eventLocked(t, EventLeaseExpired, n.id, nil, fmt.Sprintf("last check-in %s", n.lastSeen.Format(time.RFC3339Nano)))
+	c.log.Warn("lease expired", "node", n.id, "last_seen", n.lastSeen)
+}
+
+// maybeRebalanceLocked recomputes the plan if membership changed, the
+// restart grace is over and the last rebalance is old enough.
+func (c *Controller) maybeRebalanceLocked(t time.Time) {
+	if !c.dirty || t.Before(c.graceUntil) {
+		return
+	}
+	if c.cfg.RebalanceEvery > 0 && !c.lastRebalance.IsZero() && t.Sub(c.lastRebalance) < c.cfg.RebalanceEvery {
+		return
+	}
+	c.rebalanceLocked(t)
+}
+
+// rebalanceLocked recomputes the plan for the live set and bumps the
+// generation if any shard changed node (seed 004 step 7).
+func (c *Controller) rebalanceLocked(t time.Time) {
+	c.dirty = false
+	c.lastRebalance = t
+	members := make([]Member, len(c.live))
+	ids := make([]string, len(c.live))
+	old := make([]Range, len(c.live))
+	for i, n := range c.live {
+		members[i] = Member{ID: n.id, Capacity: n.capacity, Draining: n.draining}
+		ids[i] = n.id
+		old[i] = n.plan
+	}
+	next := Rebalance(members, c.cfg.TotalShards)
+	// Nodes that left the live set had their range cleared on expiry, so
+	// comparing the live nodes' ranges covers every shard, except when a
+	// departed node's shards are now unassigned: counted by the totals.
+	changed := !SameAssignment(ids, old, ids, next) || c.assignedTotalLocked() != sumCounts(next)
+	for i, n := range c.live {
+		n.plan = next[i]
+	}
+	if !changed {
+		return
+	}
+	c.gen++
+	c.planChangedAt = t
+	c.stage.plan = true
+	c.stage.seq++ // a new generation must be durable before anyone sees it
+	c.genSeq = c.stage.seq
+	c.eventLocked(t, EventPlanChanged, "", nil, fmt.Sprintf("generation %d, %d live nodes, %d shards assigned", c.gen, len(c.live), sumCounts(next)))
+	c.log.Info("plan changed", "generation", c.gen, "live_nodes", len(c.live), "assigned", sumCounts(next))
+}
+
+// assignedTotalLocked counts the shards of the previous plan, before the
+// live nodes' ranges are overwritten. Nodes outside the live set have none.
+func (c *Controller) assignedTotalLocked() uint32 {
+	var s uint32
+	for _, n := range c.live {
+		s += n.plan.Count
+	}
+	return s
+}
+
+func sumCounts(rs []Range) uint32 {
+	var s uint32
+	for _, r := range rs {
+		s += r.Count
+	}
+	return s
+}
+
+// Tick expires leases and runs a due rebalance. The server calls it a few
+// times a second; tests call it with their clock.
+func (c *Controller) Tick() {
+	t := c.now()
+	c.mu.Lock()
+	c.sweepLocked(t)
+	c.maybeRebalanceLocked(t)
+	c.mu.Unlock()
+}
+
+// SetDraining drains (true) or undrains a node: a draining node gets no
+// shards in the next plan and hands its shards off safely.
+func (c *Controller) SetDraining(ctx context.Context, id string, draining bool) error {
+	t := c.now()
+	c.mu.Lock()
+	n := c.nodes[id]
+	if n == nil {
+		c.mu.Unlock()
+		return fmt.Errorf("node %s: %w", id, ErrUnknownNode)
+	}
+	if n.draining != draining {
+		n.draining = draining
+		if n.live {
+			c.dirty = true
+		}
+		kind := EventUndrain
+		if draining {
+			kind = EventDrain
+		}
+		c.eventLocked(t, kind, id, nil, "")
+		c.log.Info(kind, "node", id)
+	}
+	c.stageNodeLocked(n)
+	c.stage.seq++
+	seq := c.stage.seq
+	c.sweepLocked(t)
+	c.maybeRebalanceLocked(t)
+	c.mu.Unlock()
+	return c.waitDurable(ctx, seq)
+}
