@@ -1,0 +1,60 @@
+package dhcp
+
+import (
+	"context"
+	"net"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/insomniacslk/dhcp/dhcpv4/server4"
+)
+
+// Listen opens a UDP socket for the DHCP server on port (ServerPort or
+// PXEServerPort), bound to the interface ifname so broadcasts leave and
+// arrive there only. It sets SO_REUSEADDR, so a site DHCP server on the same
+// host (which usually sets it too) can share port 67 in proxy mode.
+func Listen(ifname string, port int) (*net.UDPConn, error) {
+	return server4.NewIPv4UDPConn(ifname, &net.UDPAddr{Port: port})
+}
+
+// Serve answers the requests arriving on conn, which listens on port
+// (ServerPort or PXEServerPort), until ctx ends or conn fails. Each request
+// is handled in its own goroutine by server4.
+func (h *Handler) Serve(ctx context.Context, conn net.PacketConn, port int) error {
+	srv, err := server4.NewServer("", nil, func(c net.PacketConn, peer net.Addr, m *dhcpv4.DHCPv4) {
+		r := h.Reply(ctx, m, port)
+		if r == nil {
+			return
+		}
+		dst := destination(m, r, peer, port)
+		if _, err := c.WriteTo(r.ToBytes(), dst); err != nil {
+			h.log.Warn("dhcp: sending reply failed", "to", dst, "type", r.MessageType(), "err", err)
+		}
+	}, server4.WithConn(conn))
+	if err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, func() { srv.Close() })
+	defer stop()
+	err = srv.Serve()
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// destination picks where a reply goes (RFC 2131 §4.1): to the relay if
+// there is one; on port 4011 back to the sender; to the client's address
+// when it has one; otherwise broadcast, which every PXE ROM accepts.
+func destination(req, reply *dhcpv4.DHCPv4, peer net.Addr, port int) net.Addr {
+	switch {
+	case port == PXEServerPort:
+		return peer
+	case !req.GatewayIPAddr.IsUnspecified() && req.GatewayIPAddr != nil:
+		return &net.UDPAddr{IP: req.GatewayIPAddr, Port: ServerPort}
+	case reply.MessageType() == dhcpv4.MessageTypeNak:
+		return &net.UDPAddr{IP: net.IPv4bcast, Port: ClientPort}
+	case !req.ClientIPAddr.IsUnspecified() && req.ClientIPAddr != nil:
+		return &net.UDPAddr{IP: req.ClientIPAddr, Port: ClientPort}
+	}
+	return &net.UDPAddr{IP: net.IPv4bcast, Port: ClientPort}
+}
