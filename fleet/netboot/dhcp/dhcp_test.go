@@ -28,8 +28,16 @@ type recorder struct {
 	addrs  map[string]netip.Addr
 }
 
-func (r *recorder) Sighting(s inventory.Sighting) { r.mu.Lock(); r.seen = append(r.seen, s); r.mu.Unlock() }
-func (r *recorder) Event(e inventory.Event)       { r.mu.Lock(); r.events = append(r.events, e); r.mu.Unlock() }
+func (r *recorder) Sighting(s inventory.Sighting) {
+	r.mu.Lock()
+	r.seen = append(r.seen, s)
+	r.mu.Unlock()
+}
+func (r *recorder) Event(e inventory.Event) {
+	r.mu.Lock()
+	r.events = append(r.events, e)
+	r.mu.Unlock()
+}
 func (r *recorder) Address(mac net.HardwareAddr, ip netip.Addr) {
 	r.mu.Lock()
 	if r.addrs == nil {
