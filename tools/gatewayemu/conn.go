@@ -50,9 +50,10 @@ type conn struct {
 	compressD atomic.Bool // Identify compress:true: dispatches as zlib frames
 
 	// phase, sess and shard are guarded by e.mu.
-	phase connPhase
-	sess  *session
-	shard *[2]int
+	phase      connPhase
+	sess       *session
+	shard      *[2]int
+	hadSession bool // a session was attached to this connection before
 
 	closing       atomic.Bool // the emulator closed or dropped it
 	draining      atomic.Bool // op 7 sent: no further dispatches

@@ -236,6 +236,7 @@ func (e *Emulator) attachLocked(s *session, c *conn) {
 	}
 	s.mu.Unlock()
 	c.sess = s
+	c.hadSession = true
 }
 
 // resume handles op 6: replay then RESUMED, op 9 false for an unknown or
@@ -266,7 +267,10 @@ func (c *conn) resume(raw json.RawMessage) {
 		return
 	}
 	c.shard = shardPtr(s.shard[0], s.shard[1])
-	if !c.onResume {
+	// Resuming on the same connection after op 9 true is allowed (Discord
+	// staff, discord-api-docs#1805); only a fresh connection must use the
+	// resume URL.
+	if !c.onResume && !c.hadSession {
 		e.violateLocked(Violation{Kind: KindResumeWrongURL, Shard: c.shard, Session: s.id, Conn: c.id,
 			Detail: "Resume sent to the main gateway URL instead of resume_gateway_url"})
 	}
@@ -289,6 +293,7 @@ func (c *conn) resume(raw json.RawMessage) {
 	}
 	live[s] = struct{}{}
 	c.sess = s
+	c.hadSession = true
 	c.phase = phaseReady
 	e.mu.Unlock()
 
