@@ -51,9 +51,6 @@ const (
 	MaxTimeout           = 255
 )
 
-// MaxFilenameLen bounds the requested file name.
-const MaxFilenameLen = 255
-
 // Errors returned by ParseRequest.
 var (
 	ErrShortPacket   = errors.New("tftp: packet shorter than a request")

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/discord-pxe/dpxe/fleet/netboot/bootfiles"
 	packtftp "pack.ag/tftp"
 )
 
@@ -28,7 +30,7 @@ type Transfer struct {
 // Server is the read-only TFTP service. Set the fields, then call Serve.
 // The zero Limits are the defaults (blksize <= 1468, windowsize <= 64).
 type Server struct {
-	Roots  *Roots
+	Roots  *bootfiles.Roots
 	Limits Limits
 	// MaxTransfers bounds concurrent transfers; 0 means 256. A request over
 	// the bound gets an error, so a flood cannot exhaust sockets.
@@ -155,7 +157,7 @@ func (s *Server) frontend(p []byte, from netip.AddrPort) (req []byte, code uint1
 	case r.Mode != "octet":
 		return nil, ErrCodeIllegalOperation, "only octet mode is served"
 	}
-	if _, err := CleanPath(r.Filename); err != nil {
+	if _, err := bootfiles.CleanPath(r.Filename); err != nil {
 		s.log().Info("tftp: path refused", "client", from, "file", r.Filename, "err", err)
 		return nil, ErrCodeAccessViolation, "access violation"
 	}
@@ -190,7 +192,7 @@ func (s *Server) serveRead(w packtftp.ReadRequest) {
 	f, size, err := s.Roots.Open(w.Name())
 	if err != nil {
 		tr.Err = err
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, bootfiles.ErrNotFound) {
 			w.WriteError(packtftp.ErrCodeFileNotFound, "file not found")
 		} else {
 			w.WriteError(packtftp.ErrCodeAccessViolation, "access violation")

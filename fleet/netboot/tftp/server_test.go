@@ -15,6 +15,8 @@ import (
 	"time"
 
 	packtftp "pack.ag/tftp"
+
+	"github.com/discord-pxe/dpxe/fleet/netboot/bootfiles"
 )
 
 // startServer serves a temporary boot root on 127.0.0.1 and returns its
@@ -32,7 +34,7 @@ func startServer(t *testing.T, frontend bool) (string, string, func() []Transfer
 	os.Mkdir(filepath.Join(root, "sub"), 0o755)
 	os.WriteFile(filepath.Join(root, "sub", "inner"), []byte("inner"), 0o644)
 	os.Symlink("sub/inner", filepath.Join(root, "inside-link"))
-	roots, err := OpenRoots(root)
+	roots, err := bootfiles.OpenRoots(root)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,7 @@
-package tftp
+// Package bootfiles serves files to booting nodes from an ordered list of
+// directories (the image output, Debian's iPXE binaries), confined to those
+// directories: it is shared by the TFTP and HTTP boot services.
+package bootfiles
 
 import (
 	"errors"
@@ -12,13 +15,17 @@ import (
 // Path errors. All of them are answered with a TFTP access violation except
 // ErrNotFound.
 var (
-	ErrAbsolutePath = errors.New("tftp: absolute paths are refused")
-	ErrTraversal    = errors.New("tftp: path leaves the boot root")
-	ErrBadPathChar  = errors.New("tftp: path has a backslash or control character")
-	ErrPathTooLong  = errors.New("tftp: path too long")
-	ErrNotFound     = errors.New("tftp: file not found")
-	ErrNotRegular   = errors.New("tftp: not a regular file")
+	ErrAbsolutePath = errors.New("bootfiles: absolute paths are refused")
+	ErrTraversal    = errors.New("bootfiles: path leaves the boot root")
+	ErrBadPathChar  = errors.New("bootfiles: path has a backslash or control character")
+	ErrPathTooLong  = errors.New("bootfiles: path too long")
+	ErrNotFound     = errors.New("bootfiles: file not found")
+	ErrNotRegular   = errors.New("bootfiles: not a regular file")
+	ErrEmptyName    = errors.New("bootfiles: empty file name")
 )
+
+// MaxNameLen bounds a requested file name.
+const MaxNameLen = 255
 
 // CleanPath checks a requested file name and returns it in clean,
 // slash-separated, root-relative form. It refuses absolute paths, any ".."
@@ -26,9 +33,9 @@ var (
 // them: a client asking for them is confused or hostile.
 func CleanPath(name string) (string, error) {
 	if name == "" {
-		return "", ErrEmptyFilename
+		return "", ErrEmptyName
 	}
-	if len(name) > MaxFilenameLen {
+	if len(name) > MaxNameLen {
 		return "", ErrPathTooLong
 	}
 	for i := 0; i < len(name); i++ {
@@ -67,7 +74,7 @@ func OpenRoots(dirs ...string) (*Roots, error) {
 		root, err := os.OpenRoot(d)
 		if err != nil {
 			r.Close()
-			return nil, fmt.Errorf("tftp: boot root %s: %w", d, err)
+			return nil, fmt.Errorf("bootfiles: boot root %s: %w", d, err)
 		}
 		r.roots = append(r.roots, root)
 		r.dirs = append(r.dirs, d)
