@@ -226,8 +226,12 @@ func (c *Controller) CheckInvariants() error {
 				return fmt.Errorf("shard %d held by %s and %s", s, other, n.id)
 			}
 			seen[s] = n.id
-			if c.holder[s] != n {
-				return fmt.Errorf("shard %d in %s's held set but holder is %v", s, n.id, c.holder[s])
+			if h := c.holder[s]; h != n {
+				other := "nobody"
+				if h != nil {
+					other = h.id
+				}
+				return fmt.Errorf("shard %d in %s's held set but its holder is %s", s, n.id, other)
 			}
 		}
 	}

@@ -1,0 +1,252 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/discord-pxe/dpxe/appliance"
+)
+
+// simNode is a node as the simulation models it: it obeys the protocol
+// (stops what a response no longer assigns, starts only non-pending shards,
+// stops everything when its own lease deadline, counted from the send time
+// of its last answered check-in, passes), and it can crash, be cut off from
+// the controller, or be drained.
+type simNode struct {
+	id          string
+	capacity    int
+	joined      bool
+	crashed     bool
+	partitioned bool
+	running     map[uint32]bool // shards with a live Gateway connection
+	identified  map[uint32]bool // shards whose session has started
+	gen         uint64
+	deadline    time.Time
+	nextCheckin time.Time
+}
+
+func (n *simNode) stopAll() {
+	clear(n.running)
+	clear(n.identified)
+}
+
+type grant struct {
+	at    time.Time
+	node  string
+	shard uint32
+}
+
+// TestSimulation drives hundreds of nodes through joins, crashes,
+// partitions, drains, capacity changes and controller crash-restarts on one
+// SQLite file, with a fake clock, and checks after every step that no shard
+// runs on two nodes, that every running shard is one the controller counts
+// as held by that node, that no Identify bucket got two grants within the
+// window, and finally that every shard is owned and running once
+// membership has been stable for two lease periods.
+func TestSimulation(t *testing.T) {
+	seed := uint64(1)
+	if s := os.Getenv("DPXE_SIM_SEED"); s != "" {
+		seed, _ = strconv.ParseUint(s, 10, 64)
+	}
+	for _, s := range []uint64{seed, seed + 1} {
+		t.Run(fmt.Sprint("seed", s), func(t *testing.T) { runSimulation(t, s) })
+	}
+}
+
+func runSimulation(t *testing.T, seed uint64) {
+	const (
+		nodes      = 200
+		total      = 256
+		mc         = 4
+		lease      = 30 * time.Second
+		window     = 5 * time.Second
+		step       = 500 * time.Millisecond
+		chaosSteps = 1000 // 500 s of faults
+	)
+	rng := rand.New(rand.NewPCG(seed, seed*7+1))
+	h := newHarness(t, Config{TotalShards: total, MaxConcurrency: mc, Lease: lease, IdentifyWindow: window,
+		RebalanceEvery: time.Second, SessionBudget: 1_000_000})
+	ctx := context.Background()
+	sim := make([]*simNode, nodes)
+	for i := range sim {
+		sim[i] = &simNode{id: fmt.Sprintf("n%03d", i), capacity: 1 + rng.IntN(8), joined: i < nodes*3/4,
+			running: map[uint32]bool{}, identified: map[uint32]bool{}}
+		h.add(sim[i].id)
+	}
+	lastGrant := map[uint32]grant{}
+	grants, restarts, checkins := 0, 0, 0
+
+	checkin := func(n *simNode, now time.Time) {
+		req := appliance.CheckinRequest{NodeID: n.id, Capacity: n.capacity, Generation: n.gen}
+		for s := range n.running {
+			req.Shards = append(req.Shards, appliance.ShardStatus{ID: s, State: appliance.ShardReady})
+		}
+		if len(req.Shards) > appliance.MaxShardsPerNode {
+			req.Shards = req.Shards[:appliance.MaxShardsPerNode]
+		}
+		resp, err := h.c.Checkin(ctx, &req, "127.0.0.1")
+		if err != nil {
+			t.Fatalf("seed %d: checkin %s: %v", seed, n.id, err)
+		}
+		checkins++
+		assigned := map[uint32]bool{}
+		for _, s := range resp.Assigned {
+			assigned[s] = true
+		}
+		for _, s := range resp.Pending {
+			assigned[s] = false
+		}
+		for s := range n.running {
+			if !assigned[s] {
+				delete(n.running, s)
+				delete(n.identified, s)
+			}
+		}
+		for s, ok := range assigned {
+			if ok {
+				n.running[s] = true
+			}
+		}
+		n.gen = resp.Generation
+		n.deadline = now.Add(time.Duration(resp.LeaseSeconds) * time.Second)
+		n.nextCheckin = now.Add(time.Duration(resp.NextCheckinMS)*time.Millisecond + time.Duration(rng.IntN(300))*time.Millisecond)
+	}
+
+	identify := func(n *simNode, now time.Time) {
+		tries := 0
+		for s := range n.running {
+			if n.identified[s] || tries >= 2 {
+				continue
+			}
+			tries++
+			r, err := h.c.Identify(ctx, appliance.IdentifyRequest{NodeID: n.id, ShardID: s})
+			if err != nil {
+				t.Fatalf("seed %d: identify: %v", seed, err)
+			}
+			if !r.Granted {
+				continue
+			}
+			b := appliance.IdentifyBucket(s, mc)
+			if g, ok := lastGrant[b]; ok && now.Sub(g.at) < window {
+				t.Fatalf("seed %d: bucket %d granted to %s/%d at %v and %s/%d at %v", seed, b, g.node, g.shard, g.at, n.id, s, now)
+			}
+			lastGrant[b] = grant{now, n.id, s}
+			n.identified[s] = true
+			grants++
+		}
+	}
+
+	check := func(stepNo int) {
+		if err := h.c.CheckInvariants(); err != nil {
+			t.Fatalf("seed %d step %d: %v", seed, stepNo, err)
+		}
+		owners := h.c.Owners()
+		runner := map[uint32]string{}
+		for _, n := range sim {
+			for s := range n.running {
+				if other, dup := runner[s]; dup {
+					t.Fatalf("seed %d step %d: shard %d runs on %s and %s", seed, stepNo, s, other, n.id)
+				}
+				runner[s] = n.id
+				if owners[s] != n.id {
+					t.Fatalf("seed %d step %d: shard %d runs on %s but the controller's owner is %q", seed, stepNo, s, n.id, owners[s])
+				}
+			}
+		}
+	}
+
+	run := func(steps int, chaos bool) {
+		for i := 0; i < steps; i++ {
+			h.clock.Advance(step)
+			now := h.clock.Now()
+			for _, n := range sim {
+				if n.joined && !n.crashed && !n.deadline.IsZero() && !now.Before(n.deadline) {
+					n.stopAll() // node-side lease safety
+				}
+			}
+			for e := 0; chaos && e < 3; e++ {
+				n := sim[rng.IntN(nodes)]
+				switch r := rng.IntN(1000); {
+				case r < 40 && !n.joined:
+					n.joined = true
+				case r < 50 && n.joined && !n.crashed:
+					n.crashed = true
+					n.stopAll()
+					n.gen, n.deadline = 0, time.Time{}
+				case r < 80 && n.crashed:
+					n.crashed = false
+					n.nextCheckin = now
+				case r < 90 && n.joined:
+					n.partitioned = true
+				case r < 130 && n.partitioned:
+					n.partitioned = false
+				case r < 140:
+					if err := h.c.SetDraining(ctx, n.id, rng.IntN(2) == 0); err != nil {
+						t.Fatal(err)
+					}
+				case r < 145:
+					n.capacity = 1 + rng.IntN(8)
+				case r < 147:
+					h.restart()
+					restarts++
+				}
+			}
+			h.c.Tick()
+			if i%4 == 0 {
+				if err := h.c.Flush(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, n := range sim {
+				if !n.joined || n.crashed || n.partitioned || now.Before(n.nextCheckin) {
+					continue
+				}
+				checkin(n, now)
+			}
+			for _, n := range sim {
+				if n.joined && !n.crashed && !n.partitioned {
+					identify(n, now)
+				}
+			}
+			check(i)
+		}
+	}
+
+	run(chaosSteps, true)
+	// Stable membership: everyone up, connected and undrained.
+	for _, n := range sim {
+		if !n.joined || n.crashed {
+			n.joined, n.crashed = true, false
+			n.nextCheckin = h.clock.Now()
+		}
+		n.partitioned = false
+		if err := h.c.SetDraining(ctx, n.id, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run(int(2*lease/step)+10, false)
+	owners := h.c.Owners()
+	for s := uint32(0); s < total; s++ {
+		if owners[s] == "" {
+			t.Fatalf("seed %d: shard %d unowned after two stable lease periods (plan %+v)", seed, s, h.c.Plan())
+		}
+		found := false
+		for _, n := range sim {
+			if n.id == owners[s] && n.running[s] {
+				found = true
+			}
+		}
+		if !found {
+			t.Fatalf("seed %d: shard %d owned by %s but not running there", seed, s, owners[s])
+		}
+	}
+	if restarts == 0 || grants < total {
+		t.Fatalf("seed %d: simulation too tame: %d restarts, %d grants", seed, restarts, grants)
+	}
+	t.Logf("seed %d: %d check-ins, %d Identify grants, %d controller restarts, generation %d", seed, checkins, grants, restarts, h.c.Plan().Generation)
+}
