@@ -343,7 +343,7 @@ func (h *Handler) replyProxy(m *dhcpv4.DHCPv4, c client) *dhcpv4.DHCPv4 {
 		return nil
 	}
 	if c.file == "" {
-		h.log.Info("dhcp: boot client with unsupported firmware", "mac", c.mac, "arch", c.arch)
+		h.log.Info("dhcp: boot client with unsupported firmware", "mac", c.mac.String(), "arch", c.arch)
 		return nil
 	}
 	mods := []dhcpv4.Modifier{
@@ -401,7 +401,7 @@ func (h *Handler) replyAuthoritative(ctx context.Context, m *dhcpv4.DHCPv4, c cl
 	case dhcpv4.MessageTypeDiscover:
 		ip, ok := h.leases.offer(c.key, addr4(m.RequestedIPAddress()), now)
 		if !ok {
-			h.log.Warn("dhcp: pool exhausted", "mac", c.mac, "pool", h.cfg.Pool)
+			h.log.Warn("dhcp: pool exhausted", "mac", c.mac.String(), "pool", h.cfg.Pool)
 			return nil
 		}
 		r := h.addressReply(m, c, dhcpv4.MessageTypeOffer, ip)
@@ -426,11 +426,11 @@ func (h *Handler) replyAuthoritative(ctx context.Context, m *dhcpv4.DHCPv4, c cl
 		ok, err := h.leases.bind(ctx, c.key, c.mac, ip, h.cfg.LeaseTime, now)
 		if err != nil {
 			// Without a stored lease there is no ACK: the client retries.
-			h.log.Error("dhcp: storing lease failed", "mac", c.mac, "ip", ip, "err", err)
+			h.log.Error("dhcp: storing lease failed", "mac", c.mac.String(), "ip", ip, "err", err)
 			return nil
 		}
 		if !ok {
-			h.log.Info("dhcp: NAK", "mac", c.mac, "requested", ip)
+			h.log.Info("dhcp: NAK", "mac", c.mac.String(), "requested", ip)
 			r, err := dhcpv4.NewReplyFromRequest(m,
 				dhcpv4.WithMessageType(dhcpv4.MessageTypeNak),
 				dhcpv4.WithOption(dhcpv4.OptServerIdentifier(stdIP(h.cfg.ServerIP))))
@@ -448,7 +448,7 @@ func (h *Handler) replyAuthoritative(ctx context.Context, m *dhcpv4.DHCPv4, c cl
 
 	case dhcpv4.MessageTypeDecline:
 		if ip := addr4(m.RequestedIPAddress()); ip.IsValid() {
-			h.log.Warn("dhcp: client declined address (in use by another host?)", "mac", c.mac, "ip", ip)
+			h.log.Warn("dhcp: client declined address (in use by another host?)", "mac", c.mac.String(), "ip", ip)
 			if err := h.leases.decline(ctx, c.key, ip, now); err != nil {
 				h.log.Error("dhcp: storing decline failed", "ip", ip, "err", err)
 			}

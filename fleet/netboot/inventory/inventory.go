@@ -50,6 +50,7 @@ const (
 	StageTFTPFile      Stage = "tftp_file"      // a TFTP transfer ended (detail says how)
 	StageScriptFetched Stage = "script_fetched" // the node fetched its iPXE script
 	StageKernelFetched Stage = "kernel_fetched" // the node fetched kernel.bin in full
+	StageKernelPartial Stage = "kernel_partial" // a kernel download ended early
 	StageCheckin       Stage = "checkin"        // the kernel's first check-in (written by the controller)
 )
 
