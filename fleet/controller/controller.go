@@ -280,8 +280,12 @@ func New(ctx context.Context, st *store.Store, cfg Config, now func() time.Time,
 		c.budget = store.Budget{Total: cfg.SessionBudget, Remaining: cfg.SessionBudget, ResetAt: t.Add(budgetPeriod)}
 		c.stage.budget = true
 	}
-	c.eventLocked(t, EventControllerStart, "", nil, fmt.Sprintf("generation %d, %d nodes restored live until %s",
-		c.gen, restored, c.graceUntil.Format(time.RFC3339)))
+	detail := fmt.Sprintf("generation %d, no node restored", c.gen)
+	if restored > 0 {
+		detail = fmt.Sprintf("generation %d, %d nodes restored live; no rebalance before %s",
+			c.gen, restored, c.graceUntil.Format(time.RFC3339))
+	}
+	c.eventLocked(t, EventControllerStart, "", nil, detail)
 	if err := c.Flush(ctx); err != nil {
 		return nil, fmt.Errorf("controller: %w", err)
 	}
@@ -293,8 +297,9 @@ func New(ctx context.Context, st *store.Store, cfg Config, now func() time.Time,
 // Config returns the controller's effective configuration.
 func (c *Controller) Config() Config { return c.cfg }
 
-// hashCredential returns the stored form of a credential.
-func hashCredential(cred string) [sha256.Size]byte { return sha256.Sum256([]byte(cred)) }
+// HashCredential returns the stored form of a node credential (SHA-256;
+// credentials are 256-bit random, so no slow hash is needed).
+func HashCredential(cred string) [sha256.Size]byte { return sha256.Sum256([]byte(cred)) }
 
 // NewCredential returns a fresh node credential: 32 random bytes in
 // unpadded base64url, which appliance.ValidateCredential accepts.
@@ -316,7 +321,7 @@ func (c *Controller) AddNode(ctx context.Context, id string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	h := hashCredential(cred)
+	h := HashCredential(cred)
 	t := c.now()
 	if err := c.st.CreateNode(ctx, id, h[:], t); err != nil {
 		return "", err
@@ -356,7 +361,7 @@ func (c *Controller) Authenticate(ctx context.Context, id, cred string) error {
 		want = n.credHash
 		c.mu.Unlock()
 	}
-	got := hashCredential(cred)
+	got := HashCredential(cred)
 	if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
 		return ErrBadCredential
 	}

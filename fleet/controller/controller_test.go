@@ -361,7 +361,7 @@ func TestAuthenticateAndUnknownNodes(t *testing.T) {
 	}
 	// A node added by another process straight into the store.
 	cred, _ := NewCredential()
-	hash := hashCredential(cred)
+	hash := HashCredential(cred)
 	if err := h.st.CreateNode(ctx, "late", hash[:], h.clock.Now()); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,256 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/discord-pxe/dpxe/fleet/api"
+	"github.com/discord-pxe/dpxe/fleet/controller"
+	"github.com/discord-pxe/dpxe/fleet/store"
+)
+
+func init() {
+	register(&command{
+		name:    "serve",
+		summary: "run the fleet controller (API, inventory) on this machine",
+		run:     runServe,
+	})
+}
+
+// Defaults of `dpxe serve`.
+const (
+	defaultDBPath   = "./var/dpxe.db"
+	defaultListen   = "127.0.0.1:8080"
+	adminTokenName  = "admin.token" // beside the database unless --admin-token-file says otherwise
+	flushEvery      = time.Second   // batched store writes (lease renewals, status, events)
+	shutdownTimeout = 10 * time.Second
+	maxConfigFile   = 1 << 20
+)
+
+// duration is a time.Duration that reads and writes JSON as "30s".
+type duration time.Duration
+
+func (d *duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("want a duration string such as \"30s\"")
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = duration(v)
+	return nil
+}
+
+func (d duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// serveConfig is what `dpxe serve` runs with: flags, or the same names in a
+// JSON file given with --config (flags given on the command line win).
+type serveConfig struct {
+	DB             string   `json:"db"`
+	Listen         string   `json:"listen"`
+	AdminTokenFile string   `json:"admin_token_file"`
+	TotalShards    uint32   `json:"total_shards"`
+	MaxConcurrency uint32   `json:"max_concurrency"`
+	Lease          duration `json:"lease"`
+	IdentifyWindow duration `json:"identify_window"`
+	SessionBudget  int      `json:"session_budget"`
+	SessionReserve int      `json:"session_reserve"`
+}
+
+func defaultServeConfig() serveConfig {
+	return serveConfig{
+		DB:             defaultDBPath,
+		Listen:         defaultListen,
+		TotalShards:    controller.DefaultTotalShards,
+		MaxConcurrency: controller.DefaultMaxConcurrency,
+		Lease:          duration(controller.DefaultLease),
+		IdentifyWindow: duration(controller.DefaultIdentifyWindow),
+		SessionBudget:  controller.DefaultSessionBudget,
+		SessionReserve: controller.DefaultSessionReserve,
+	}
+}
+
+// loadServeConfig reads a JSON config file over cfg, rejecting unknown fields.
+func loadServeConfig(path string, cfg *serveConfig) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if len(b) > maxConfigFile {
+		return fmt.Errorf("config %s: larger than %d bytes", path, maxConfigFile)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(cfg); err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	return nil
+}
+
+// parseServeFlags turns arguments into a config: defaults, then the
+// --config file, then flags given explicitly.
+func parseServeFlags(args []string) (serveConfig, error) {
+	cfg := defaultServeConfig()
+	fs := newFlagSet("serve", "[flags]")
+	var flags serveConfig
+	var lease, window time.Duration
+	var total, mc uint
+	configFile := fs.String("config", "", "JSON file with the settings below (same names with _), flags override it")
+	fs.StringVar(&flags.DB, "db", cfg.DB, "SQLite inventory file")
+	fs.StringVar(&flags.Listen, "listen", cfg.Listen, "HTTP listen address of the API")
+	fs.StringVar(&flags.AdminTokenFile, "admin-token-file", "", "where the first start writes the admin token (default: admin.token beside --db)")
+	fs.UintVar(&total, "total-shards", uint(cfg.TotalShards), "global shard count")
+	fs.UintVar(&mc, "max-concurrency", uint(cfg.MaxConcurrency), "Discord max_concurrency (Identify buckets)")
+	fs.DurationVar(&lease, "lease", time.Duration(cfg.Lease), "node lease; nodes renew every third of it")
+	fs.DurationVar(&window, "identify-window", time.Duration(cfg.IdentifyWindow), "one Identify per bucket per window")
+	fs.IntVar(&flags.SessionBudget, "session-budget", cfg.SessionBudget, "daily session starts until PUT /v1/budget says otherwise")
+	fs.IntVar(&flags.SessionReserve, "session-reserve", cfg.SessionReserve, "session starts kept back from Identify grants")
+	if err := parseFlags(fs, args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	if *configFile != "" {
+		if err := loadServeConfig(*configFile, &cfg); err != nil {
+			return cfg, fmt.Errorf("%w: %v", errUsage, err)
+		}
+	}
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "db":
+			cfg.DB = flags.DB
+		case "listen":
+			cfg.Listen = flags.Listen
+		case "admin-token-file":
+			cfg.AdminTokenFile = flags.AdminTokenFile
+		case "total-shards":
+			cfg.TotalShards = uint32(min(total, 1<<32-1))
+		case "max-concurrency":
+			cfg.MaxConcurrency = uint32(min(mc, 1<<32-1))
+		case "lease":
+			cfg.Lease = duration(lease)
+		case "identify-window":
+			cfg.IdentifyWindow = duration(window)
+		case "session-budget":
+			cfg.SessionBudget = flags.SessionBudget
+		case "session-reserve":
+			cfg.SessionReserve = flags.SessionReserve
+		}
+	})
+	if cfg.AdminTokenFile == "" {
+		cfg.AdminTokenFile = filepath.Join(filepath.Dir(cfg.DB), adminTokenName)
+	}
+	if cfg.TotalShards == 0 || cfg.MaxConcurrency == 0 {
+		err = fmt.Errorf("%w: total-shards and max-concurrency must be at least 1", errUsage)
+	}
+	return cfg, err
+}
+
+func (c serveConfig) controllerConfig() controller.Config {
+	return controller.Config{TotalShards: c.TotalShards, MaxConcurrency: c.MaxConcurrency,
+		Lease: time.Duration(c.Lease), IdentifyWindow: time.Duration(c.IdentifyWindow),
+		SessionBudget: c.SessionBudget, SessionReserve: c.SessionReserve}
+}
+
+// fleetApp is the assembled fleet manager: one store, one controller, one
+// mux. The netboot services and the dashboard attach to the same three.
+type fleetApp struct {
+	store      *store.Store
+	controller *controller.Controller
+	mux        *http.ServeMux
+}
+
+// buildFleet opens the store, loads the controller, makes sure an admin
+// token exists, and mounts the API on a new mux.
+func buildFleet(ctx context.Context, cfg serveConfig, log *slog.Logger) (*fleetApp, error) {
+	st, err := store.Open(ctx, cfg.DB)
+	if err != nil {
+		return nil, err
+	}
+	ctrl, err := controller.New(ctx, st, cfg.controllerConfig(), time.Now, log.With("part", "controller"))
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	hash, created, err := api.LoadOrCreateAdminToken(ctx, st, cfg.AdminTokenFile)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	if created {
+		log.Info("admin token created; keep this file secret", "file", cfg.AdminTokenFile)
+	} else {
+		log.Info("admin token loaded from the store", "token_file", cfg.AdminTokenFile)
+	}
+	mux := http.NewServeMux()
+	api.New(ctrl, hash, log.With("part", "api")).Register(mux)
+	return &fleetApp{store: st, controller: ctrl, mux: mux}, nil
+}
+
+func runServe(ctx context.Context, args []string) error {
+	cfg, err := parseServeFlags(args)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	app, err := buildFleet(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer app.store.Close()
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler:           app.mux,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      15 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
+	runDone := make(chan error, 1)
+	go func() { runDone <- app.controller.Run(runCtx, flushEvery) }()
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	log.Info("listening", "addr", ln.Addr().String(), "db", cfg.DB, "total_shards", cfg.TotalShards,
+		"max_concurrency", cfg.MaxConcurrency, "lease", time.Duration(cfg.Lease))
+
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down", "reason", context.Cause(ctx))
+	case err = <-serveErr:
+		log.Error("server failed", "err", err)
+	}
+	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+	defer cancel()
+	if serr := srv.Shutdown(shutCtx); serr != nil {
+		log.Warn("shutdown", "err", serr)
+	}
+	stopRun()
+	if ferr := <-runDone; ferr != nil {
+		log.Error("final flush", "err", ferr)
+		err = errors.Join(err, ferr)
+	}
+	log.Info("stopped")
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}

@@ -1,0 +1,437 @@
+// Package api is the controller's HTTP API (docs/api.md): node check-in and
+// Identify claims authenticated by per-node credentials, and the operator's
+// endpoints (inventory, drain, plan, routing, events, budget) authenticated
+// by the admin token. Handlers mount on a caller's *http.ServeMux, so the
+// netboot services and the dashboard can share the listener.
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/discord-pxe/dpxe/appliance"
+	"github.com/discord-pxe/dpxe/fleet/controller"
+	"github.com/discord-pxe/dpxe/fleet/store"
+)
+
+// adminTokenSetting is the settings key of the admin token's SHA-256.
+const adminTokenSetting = "admin_token_sha256"
+
+// adminTokenBytes is the entropy of the admin token.
+const adminTokenBytes = 32
+
+// Limits of GET /v1/events.
+const (
+	defaultEventLimit = 100
+	maxEventLimit     = 1000
+)
+
+// Errors.
+var (
+	// ErrUnauthorized is reported for a missing or wrong bearer token.
+	ErrUnauthorized = errors.New("missing or wrong bearer token")
+)
+
+// Server serves the controller API.
+type Server struct {
+	c         *controller.Controller
+	adminHash [sha256.Size]byte
+	log       *slog.Logger
+}
+
+// New returns a server for c whose operator endpoints accept the admin
+// token with SHA-256 adminHash.
+func New(c *controller.Controller, adminHash [sha256.Size]byte, log *slog.Logger) *Server {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Server{c: c, adminHash: adminHash, log: log}
+}
+
+// Register mounts the API's routes on mux.
+func (s *Server) Register(mux *http.ServeMux) {
+	mux.HandleFunc("GET /healthz", s.health)
+	mux.HandleFunc("POST /v1/checkin", s.checkin)
+	mux.HandleFunc("POST /v1/identify", s.identify)
+	mux.HandleFunc("GET /v1/route", s.admin(s.route))
+	mux.HandleFunc("GET /v1/nodes", s.admin(s.nodes))
+	mux.HandleFunc("POST /v1/nodes", s.admin(s.addNode))
+	mux.HandleFunc("GET /v1/nodes/{id}", s.admin(s.node))
+	mux.HandleFunc("POST /v1/nodes/{id}/drain", s.admin(s.drain(true)))
+	mux.HandleFunc("POST /v1/nodes/{id}/undrain", s.admin(s.drain(false)))
+	mux.HandleFunc("GET /v1/plan", s.admin(s.plan))
+	mux.HandleFunc("GET /v1/events", s.admin(s.events))
+	mux.HandleFunc("GET /v1/budget", s.admin(s.budget))
+	mux.HandleFunc("PUT /v1/budget", s.admin(s.setBudget))
+}
+
+// HashToken returns the stored form of a bearer token.
+func HashToken(tok string) [sha256.Size]byte { return sha256.Sum256([]byte(tok)) }
+
+// LoadOrCreateAdminToken returns the admin token's hash from st. On first
+// start it creates a token, stores only its hash, and writes the token to
+// file with mode 0600; created reports that.
+func LoadOrCreateAdminToken(ctx context.Context, st *store.Store, file string) (hash [sha256.Size]byte, created bool, err error) {
+	v, err := st.Setting(ctx, adminTokenSetting)
+	if err == nil {
+		b, derr := hex.DecodeString(v)
+		if derr != nil || len(b) != sha256.Size {
+			return hash, false, fmt.Errorf("admin token hash in store is malformed")
+		}
+		copy(hash[:], b)
+		return hash, false, nil
+	}
+	if !errors.Is(err, store.ErrNotFound) {
+		return hash, false, err
+	}
+	raw := make([]byte, adminTokenBytes)
+	if _, err := rand.Read(raw); err != nil {
+		return hash, false, err
+	}
+	tok := base64.RawURLEncoding.EncodeToString(raw)
+	if err := os.MkdirAll(filepath.Dir(file), 0o750); err != nil {
+		return hash, false, err
+	}
+	f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return hash, false, fmt.Errorf("admin token file: %w", err)
+	}
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
+		return hash, false, err
+	}
+	if _, err := f.WriteString(tok + "\n"); err != nil {
+		f.Close()
+		return hash, false, err
+	}
+	if err := f.Close(); err != nil {
+		return hash, false, err
+	}
+	hash = HashToken(tok)
+	if err := st.SetSetting(ctx, adminTokenSetting, hex.EncodeToString(hash[:])); err != nil {
+		return hash, false, err
+	}
+	return hash, true, nil
+}
+
+// bearer returns the token of an "Authorization: Bearer" header.
+func bearer(r *http.Request) string {
+	h := r.Header.Get("Authorization")
+	const prefix = "Bearer "
+	if len(h) > len(prefix) && strings.EqualFold(h[:len(prefix)], prefix) {
+		return strings.TrimSpace(h[len(prefix):])
+	}
+	return ""
+}
+
+// admin wraps an operator handler with the admin-token check.
+func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		got := HashToken(bearer(r))
+		if subtle.ConstantTimeCompare(got[:], s.adminHash[:]) != 1 {
+			s.log.Warn("admin request refused", "path", r.URL.Path, "remote", r.RemoteAddr)
+			writeError(w, http.StatusUnauthorized, "", ErrUnauthorized.Error())
+			return
+		}
+		h(w, r)
+	}
+}
+
+type errorBody struct {
+	Error string `json:"error"`
+	Field string `json:"field,omitempty"`
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, field, msg string) {
+	if status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="dpxe"`)
+	}
+	writeJSON(w, status, errorBody{Error: msg, Field: field})
+}
+
+// readBody reads a request body of at most appliance.MaxCheckinBody bytes.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, appliance.MaxCheckinBody))
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		writeError(w, http.StatusRequestEntityTooLarge, "", appliance.ErrBodyTooLarge.Error())
+		return nil, false
+	case err != nil:
+		writeError(w, http.StatusBadRequest, "", "reading body: "+err.Error())
+		return nil, false
+	}
+	return body, true
+}
+
+// badRequest answers a decoding or validation error, naming the field.
+func badRequest(w http.ResponseWriter, err error) {
+	var fe *appliance.FieldError
+	if errors.As(err, &fe) {
+		writeError(w, http.StatusBadRequest, fe.Field, fe.Error())
+		return
+	}
+	if errors.Is(err, appliance.ErrBodyTooLarge) {
+		writeError(w, http.StatusRequestEntityTooLarge, "", err.Error())
+		return
+	}
+	writeError(w, http.StatusBadRequest, "", err.Error())
+}
+
+// controllerError maps a controller error to a status.
+func (s *Server) controllerError(w http.ResponseWriter, r *http.Request, err error) {
+	var fe *appliance.FieldError
+	switch {
+	case errors.As(err, &fe):
+		badRequest(w, err)
+	case errors.Is(err, controller.ErrUnknownNode):
+		writeError(w, http.StatusNotFound, "", err.Error())
+	case errors.Is(err, controller.ErrConfig):
+		writeError(w, http.StatusBadRequest, "", err.Error())
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		writeError(w, http.StatusServiceUnavailable, "", "request cancelled")
+	default:
+		s.log.Error("request failed", "path", r.URL.Path, "err", err)
+		writeError(w, http.StatusServiceUnavailable, "", "controller could not persist the change; retry")
+	}
+}
+
+// authNode checks the node credential of a node request.
+func (s *Server) authNode(w http.ResponseWriter, r *http.Request, nodeID string) bool {
+	err := s.c.Authenticate(r.Context(), nodeID, bearer(r))
+	if err == nil {
+		return true
+	}
+	if errors.Is(err, controller.ErrUnknownNode) || errors.Is(err, controller.ErrBadCredential) {
+		s.log.Warn("node request refused", "node", nodeID, "remote", r.RemoteAddr, "reason", err)
+		writeError(w, http.StatusUnauthorized, "", ErrUnauthorized.Error())
+		return false
+	}
+	s.controllerError(w, r, err)
+	return false
+}
+
+func remoteHost(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	p := s.c.Plan()
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "generation": p.Generation, "live_nodes": p.LiveNodes})
+}
+
+func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
+	body, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	req, err := appliance.ParseCheckinRequest(body)
+	if err != nil {
+		badRequest(w, err)
+		return
+	}
+	if !s.authNode(w, r, req.NodeID) {
+		return
+	}
+	resp, err := s.c.Checkin(r.Context(), &req, remoteHost(r))
+	if err != nil {
+		s.controllerError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+func (s *Server) identify(w http.ResponseWriter, r *http.Request) {
+	body, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	req, err := appliance.ParseIdentifyRequest(body)
+	if err != nil {
+		badRequest(w, err)
+		return
+	}
+	if !s.authNode(w, r, req.NodeID) {
+		return
+	}
+	resp, err := s.c.Identify(r.Context(), req)
+	if err != nil {
+		s.controllerError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+func (s *Server) route(w http.ResponseWriter, r *http.Request) {
+	raw := r.URL.Query().Get("guild_id")
+	gid, err := appliance.ParseGuildID(raw)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "guild_id", "guild_id: "+err.Error())
+		return
+	}
+	v, err := s.c.Route(gid)
+	if errors.Is(err, controller.ErrNoOwner) {
+		writeJSON(w, http.StatusNotFound, struct {
+			errorBody
+			controller.RouteView
+		}{errorBody{Error: fmt.Sprintf("shard %d has no live owner", v.ShardID)}, v})
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (s *Server) nodes(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"nodes": s.c.Nodes()})
+}
+
+// AddNodeRequest is the body of POST /v1/nodes.
+type AddNodeRequest struct {
+	NodeID string `json:"node_id"`
+}
+
+// AddNodeResponse carries a new node's credential; it is shown only once.
+type AddNodeResponse struct {
+	NodeID     string `json:"node_id"`
+	Credential string `json:"credential"`
+}
+
+func (s *Server) addNode(w http.ResponseWriter, r *http.Request) {
+	body, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	var req AddNodeRequest
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "", "body: "+err.Error())
+		return
+	}
+	if err := appliance.ValidateNodeID(req.NodeID); err != nil {
+		writeError(w, http.StatusBadRequest, "node_id", "node_id: "+err.Error())
+		return
+	}
+	cred, err := s.c.AddNode(r.Context(), req.NodeID)
+	if errors.Is(err, store.ErrExists) {
+		writeError(w, http.StatusConflict, "node_id", fmt.Sprintf("node %s already exists", req.NodeID))
+		return
+	}
+	if err != nil {
+		s.controllerError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, AddNodeResponse{NodeID: req.NodeID, Credential: cred})
+}
+
+func (s *Server) node(w http.ResponseWriter, r *http.Request) {
+	d, err := s.c.Node(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.controllerError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, d)
+}
+
+func (s *Server) drain(on bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id := r.PathValue("id")
+		if err := s.c.SetDraining(r.Context(), id, on); err != nil {
+			s.controllerError(w, r, err)
+			return
+		}
+		d, err := s.c.Node(r.Context(), id)
+		if err != nil {
+			s.controllerError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, d.NodeView)
+	}
+}
+
+func (s *Server) plan(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.c.Plan())
+}
+
+func (s *Server) events(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	after, limit := int64(0), defaultEventLimit
+	if v := q.Get("after"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			writeError(w, http.StatusBadRequest, "after", "after: must be a non-negative event ID")
+			return
+		}
+		after = n
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxEventLimit {
+			writeError(w, http.StatusBadRequest, "limit", fmt.Sprintf("limit: must be 1..%d", maxEventLimit))
+			return
+		}
+		limit = n
+	}
+	ev, err := s.c.Events(r.Context(), after, q.Get("kind"), limit)
+	if err != nil {
+		s.controllerError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"events": ev})
+}
+
+func (s *Server) budget(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.c.Budget())
+}
+
+// SetBudgetRequest is the body of PUT /v1/budget: Discord's
+// session_start_limit as GET /gateway/bot reports it.
+type SetBudgetRequest struct {
+	Total        int   `json:"total"`
+	Remaining    int   `json:"remaining"`
+	ResetAfterMS int64 `json:"reset_after"`
+}
+
+func (s *Server) setBudget(w http.ResponseWriter, r *http.Request) {
+	body, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	var req SetBudgetRequest
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "", "body: "+err.Error())
+		return
+	}
+	if err := s.c.SetBudget(r.Context(), req.Total, req.Remaining, time.Duration(req.ResetAfterMS)*time.Millisecond); err != nil {
+		s.controllerError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.c.Budget())
+}
