@@ -23,7 +23,7 @@ import (
 //   - every other token is key=value with a known key and a valid value;
 //   - a key may appear once;
 //   - only printable ASCII (0x21..0x7e) and the separators are allowed;
-//   - the whole text is at most MaxBootConfigLen bytes; a NUL byte ends it.
+//   - a NUL byte ends the text, which is then at most MaxBootConfigLen bytes.
 
 // MaxBootConfigLen is the largest boot configuration, in bytes. DPXE.CFG on
 // USB media is exactly this long, padded with NUL bytes.
@@ -59,6 +59,8 @@ type ConfigError struct {
 	Offset int    // byte offset of the offending token
 	Key    string // the key, when the token had one
 	Reason string // what is wrong, in words
+
+	rawKey string // the whole key as written (Key may be shortened)
 }
 
 func (e *ConfigError) Error() string {
@@ -128,6 +130,9 @@ var bootKeys = []bootKey{
 		c.Seed, c.HasSeed = n, err == nil
 		return err
 	}},
+	{"initrd", "ignored: UEFI loaders (OVMF for QEMU -kernel) add initrd=... to the load options", func(c *BootConfig, v string) error {
+		return nil
+	}},
 }
 
 // BootConfigKeys returns the accepted keys in the kernel's table order.
@@ -156,14 +161,14 @@ func isSeparator(b byte) bool { return b == ' ' || b == '\t' || b == '\r' || b =
 // offset and key at fault, or ErrConfigTooLong.
 func ParseBootConfig(text []byte) (BootConfig, error) {
 	var c BootConfig
-	if len(text) > MaxBootConfigLen {
-		return c, ErrConfigTooLong
-	}
 	for i, b := range text {
 		if b == 0 {
 			text = text[:i]
 			break
 		}
+	}
+	if len(text) > MaxBootConfigLen {
+		return c, ErrConfigTooLong
 	}
 	seen := map[string]bool{}
 	first := true
@@ -206,17 +211,17 @@ func ParseBootConfig(text []byte) (BootConfig, error) {
 			}
 		}
 		if k == nil {
-			return c, &ConfigError{Offset: start, Key: clip(key), Reason: "unknown key"}
+			return c, &ConfigError{Offset: start, Key: clip(key), Reason: "unknown key", rawKey: key}
 		}
 		if seen[key] {
-			return c, &ConfigError{Offset: start, Key: key, Reason: "given twice"}
+			return c, &ConfigError{Offset: start, Key: key, Reason: "given twice", rawKey: key}
 		}
 		seen[key] = true
 		if val == "" {
-			return c, &ConfigError{Offset: start, Key: key, Reason: "empty value"}
+			return c, &ConfigError{Offset: start, Key: key, Reason: "empty value", rawKey: key}
 		}
 		if err := k.parse(&c, val); err != nil {
-			return c, &ConfigError{Offset: start, Key: key, Reason: err.Error()}
+			return c, &ConfigError{Offset: start, Key: key, Reason: err.Error(), rawKey: key}
 		}
 	}
 	return c, nil

@@ -1,0 +1,442 @@
+package appliance
+
+import (
+	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
+)
+
+// This file is the Go reference of the shard kernel's runtime core
+// (kernel/shard/shard.inc), following seeds 000 and 001. Every formula the
+// kernel computes has one function here; the self-test boots the kernel and
+// compares digests over thousands of cases (SelfTestDigests), and a layout
+// test compares ShardContext's offsets with the kernel's struc SHARD.
+
+// Kernel shard states as numbers (SHARD.state). The wire names are the
+// ShardState strings; KernelStateName maps one to the other.
+const (
+	KernelStateIdle     uint32 = 0 // slot not in use
+	KernelStateAssigned uint32 = 1
+	KernelStateStarting uint32 = 2
+	KernelStateReady    uint32 = 3
+	KernelStateBackoff  uint32 = 4
+	KernelStateFatal    uint32 = 5
+)
+
+// KernelStateName returns the wire name of a kernel state number, or "" for
+// idle and unknown values.
+func KernelStateName(n uint32) ShardState {
+	switch n {
+	case KernelStateAssigned:
+		return ShardAssigned
+	case KernelStateStarting:
+		return ShardStarting
+	case KernelStateReady:
+		return ShardReady
+	case KernelStateBackoff:
+		return ShardBackoff
+	case KernelStateFatal:
+		return ShardFatal
+	}
+	return ""
+}
+
+// Shard flags (SHARD.flags).
+const (
+	FlagAwaitingAck  uint32 = 1 << 0 // heartbeat sent, ACK not yet seen
+	FlagReady        uint32 = 1 << 1 // READY observed on this session
+	FlagSeqValid     uint32 = 1 << 2 // Sequence is meaningful
+	FlagIdentified   uint32 = 1 << 3 // Identify sent on this connection
+	FlagLeaseStopped uint32 = 1 << 4 // stopped because the node's lease lapsed
+)
+
+// Runtime constants from the seeds.
+const (
+	SeqNone                 uint32 = 0xFFFFFFFF // no usable sequence
+	HeartbeatJitterSlots           = 20         // seed 000: 20 deterministic first-heartbeat slots
+	ReconnectBackoffMillis         = 5000       // seed 001: fixed reconnect delay
+	maxLeaseStoppableStates        = KernelStateBackoff
+)
+
+// Session mirrors the kernel's struc SESSION: a Gateway session that may be
+// resumed.
+type Session struct {
+	Valid     uint32    `kernel:"valid"`
+	IDLen     uint32    `kernel:"id_len"`
+	ID        [64]byte  `kernel:"id"`
+	ResumeURL [128]byte `kernel:"resume_url"`
+}
+
+// ShardContext mirrors the kernel's struc SHARD field for field; the field
+// order and sizes are the kernel's, so unsafe-free reflection gives the same
+// offsets (checked by the layout test against a booted kernel).
+type ShardContext struct {
+	ID                uint32  `kernel:"id"`
+	Total             uint32  `kernel:"total"`
+	State             uint32  `kernel:"state"`
+	Flags             uint32  `kernel:"flags"`
+	Sequence          uint32  `kernel:"sequence"`
+	HeartbeatMillis   uint32  `kernel:"heartbeat_ms"`
+	HeartbeatMisses   uint32  `kernel:"heartbeat_misses"`
+	IdentifyBucket    uint32  `kernel:"identify_bucket"`
+	LastError         uint32  `kernel:"last_error"`
+	LeaseGeneration   uint32  `kernel:"lease_generation"`
+	HeartbeatDeadline uint64  `kernel:"heartbeat_deadline"`
+	HeartbeatSent     uint64  `kernel:"heartbeat_sent"`
+	HeartbeatAcks     uint64  `kernel:"heartbeat_acks"`
+	SessionPtr        uint64  `kernel:"session_ptr"` // nonzero when Session exists
+	Reconnects        uint64  `kernel:"reconnects"`
+	ReconnectDeadline uint64  `kernel:"reconnect_deadline"`
+	SessionGeneration uint64  `kernel:"session_generation"`
+	Session           Session `kernel:"session"`
+}
+
+// LayoutField is one field of a kernel structure.
+type LayoutField struct {
+	Name   string
+	Offset uintptr
+}
+
+// ShardLayout returns the offsets of ShardContext's fields under their
+// kernel names, and the structure's size.
+func ShardLayout() ([]LayoutField, uintptr) {
+	t := reflect.TypeOf(ShardContext{})
+	out := make([]LayoutField, t.NumField())
+	for i := range out {
+		f := t.Field(i)
+		out[i] = LayoutField{Name: f.Tag.Get("kernel"), Offset: f.Offset}
+	}
+	return out, t.Size()
+}
+
+// AssignIdentifyBucket stores and returns shard_id % max(max_concurrency, 1).
+func (s *ShardContext) AssignIdentifyBucket(maxConcurrency uint32) uint32 {
+	s.IdentifyBucket = IdentifyBucket(s.ID, maxConcurrency)
+	return s.IdentifyBucket
+}
+
+// FirstHeartbeatDelayMillis is the first-heartbeat delay of seed 000:
+// max(1, interval * ((id % 20) + 1) / 20), computed without overflow.
+func FirstHeartbeatDelayMillis(shardID, intervalMillis uint32) uint64 {
+	factor := uint64(shardID%HeartbeatJitterSlots) + 1
+	d := uint64(intervalMillis) * factor / HeartbeatJitterSlots
+	return max(d, 1)
+}
+
+// ScheduleFirstHeartbeat sets HeartbeatDeadline to now plus the first
+// heartbeat delay in TSC cycles. It refuses (returns false, deadline
+// untouched) when the interval or the TSC calibration is zero.
+func (s *ShardContext) ScheduleFirstHeartbeat(nowTSC, cyclesPerMilli uint64) bool {
+	if s.HeartbeatMillis == 0 || cyclesPerMilli == 0 {
+		return false
+	}
+	s.HeartbeatDeadline = nowTSC + FirstHeartbeatDelayMillis(s.ID, s.HeartbeatMillis)*cyclesPerMilli
+	return true
+}
+
+// NoteAck records a heartbeat ACK: count it, clear AWAITING_ACK, reset misses.
+func (s *ShardContext) NoteAck() {
+	s.HeartbeatAcks++
+	s.Flags &^= FlagAwaitingAck
+	s.HeartbeatMisses = 0
+}
+
+// MarkReady records READY: state READY, the READY flag, the next session generation.
+func (s *ShardContext) MarkReady() {
+	s.State = KernelStateReady
+	s.Flags |= FlagReady
+	s.SessionGeneration++
+}
+
+// ScheduleBackoff moves the shard to BACKOFF after a transport failure,
+// counts the reconnect and sets the retry deadline 5000 ms ahead; without a
+// calibrated TSC the deadline is 0 ("schedule the normal backoff now").
+func (s *ShardContext) ScheduleBackoff(nowTSC, cyclesPerMilli uint64) {
+	s.State = KernelStateBackoff
+	s.Reconnects++
+	if cyclesPerMilli == 0 {
+		s.ReconnectDeadline = 0
+		return
+	}
+	s.ReconnectDeadline = nowTSC + cyclesPerMilli*ReconnectBackoffMillis
+}
+
+// RestoreResumeState keeps the saved sequence after a transport reset only
+// when the session is valid and the saved flags had SEQ_VALID (seed 001);
+// otherwise the sequence becomes SeqNone and SEQ_VALID is cleared, so the
+// shard Identifies afresh. (The seed's fragment leaves the flag as the reset
+// left it; clearing it keeps flag and sentinel consistent.)
+func (s *ShardContext) RestoreResumeState(savedSequence, savedFlags uint32) {
+	if s.SessionPtr != 0 && s.Session.Valid == 1 && savedFlags&FlagSeqValid != 0 {
+		s.Sequence = savedSequence
+		s.Flags |= FlagSeqValid
+		return
+	}
+	s.Sequence = SeqNone
+	s.Flags &^= FlagSeqValid
+}
+
+// CanResume reports whether a reconnect should Resume rather than Identify:
+// a valid session and a valid sequence.
+func (s *ShardContext) CanResume() bool {
+	return s.SessionPtr != 0 && s.Session.Valid == 1 && s.Flags&FlagSeqValid != 0
+}
+
+// ShardRuntime mirrors the kernel's struc SHARDRT for lease gating.
+type ShardRuntime struct {
+	Shards        []ShardContext
+	LeaseExpired  bool
+	LeaseDeadline uint64 // TSC; 0 = lease enforcement off
+	Stopped       uint32 // shards stopped by the last expiry
+}
+
+// LeaseTick expires the lease once now reaches the deadline (seed 001):
+// nothing when already expired or when the deadline is 0.
+func (r *ShardRuntime) LeaseTick(nowTSC uint64) {
+	if r.LeaseExpired || r.LeaseDeadline == 0 {
+		return
+	}
+	if nowTSC >= r.LeaseDeadline {
+		r.ExpireLease()
+	}
+}
+
+// ExpireLease marks the lease lapsed and stops every starting, ready or
+// backing-off shard (back to ASSIGNED, LEASE_STOPPED set); FATAL stays FATAL.
+func (r *ShardRuntime) ExpireLease() {
+	r.LeaseExpired = true
+	r.Stopped = 0
+	for i := range r.Shards {
+		s := &r.Shards[i]
+		if s.State >= KernelStateStarting && s.State <= maxLeaseStoppableStates {
+			s.State = KernelStateAssigned
+			s.Flags &^= FlagAwaitingAck | FlagReady
+			s.Flags |= FlagLeaseStopped
+			r.Stopped++
+		}
+	}
+}
+
+// SelfTestCases is how many pseudo-random cases the kernel self-test runs
+// per formula.
+const SelfTestCases = 4096
+
+// SelfTestFormulas names the digests in the order the kernel prints them.
+var SelfTestFormulas = []string{"bucket", "heartbeat", "ack", "ready", "backoff", "resume", "lease", "route"}
+
+// splitmix64 is the PRNG both sides implement (Steele, Lea, Flood 2014).
+type splitmix64 struct{ state uint64 }
+
+func (p *splitmix64) next() uint64 {
+	p.state += 0x9E3779B97F4A7C15
+	z := p.state
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EB
+	return z ^ (z >> 31)
+}
+
+// digest folds 64-bit words FNV-1a style: d = (d ^ w) * prime.
+type digest uint64
+
+func newDigest() digest          { return 0xCBF29CE484222325 }
+func (d *digest) add(w uint64)   { *d = digest((uint64(*d) ^ w) * 0x100000001B3) }
+func (d *digest) add32(w uint32) { d.add(uint64(w)) }
+
+// SelfTestDigests computes, for a seed, the digest of every formula over
+// SelfTestCases cases generated exactly as kernel/selftest/selftest.inc
+// generates them. The kernel prints the same values on a correct build.
+func SelfTestDigests(seed uint32) map[string]uint64 {
+	rng := &splitmix64{state: uint64(seed)}
+	out := map[string]uint64{}
+	run := func(name string, one func(d *digest)) {
+		d := newDigest()
+		for i := 0; i < SelfTestCases; i++ {
+			one(&d)
+		}
+		out[name] = uint64(d)
+	}
+	run("bucket", func(d *digest) {
+		r := rng.next()
+		s := ShardContext{ID: uint32(r)}
+		d.add32(s.AssignIdentifyBucket(uint32(r>>32) % 70))
+	})
+	run("heartbeat", func(d *digest) {
+		r1, r2, r3 := rng.next(), rng.next(), rng.next()
+		s := ShardContext{ID: uint32(r1), HeartbeatMillis: uint32(r1>>32) >> (r2 & 31)}
+		var cycles uint64
+		if (r2>>5)&7 != 0 {
+			cycles = r2 >> 40
+		}
+		ok := s.ScheduleFirstHeartbeat(r3, cycles)
+		d.add(b2u(ok))
+		d.add(s.HeartbeatDeadline)
+	})
+	run("ack", func(d *digest) {
+		r1, r2 := rng.next(), rng.next()
+		s := ShardContext{HeartbeatAcks: r1, Flags: uint32(r2), HeartbeatMisses: uint32(r2 >> 32)}
+		s.NoteAck()
+		d.add(s.HeartbeatAcks)
+		d.add32(s.Flags)
+		d.add32(s.HeartbeatMisses)
+	})
+	run("ready", func(d *digest) {
+		r1, r2 := rng.next(), rng.next()
+		s := ShardContext{State: uint32(r1), Flags: uint32(r1 >> 32), SessionGeneration: r2}
+		s.MarkReady()
+		d.add32(s.State)
+		d.add32(s.Flags)
+		d.add(s.SessionGeneration)
+	})
+	run("backoff", func(d *digest) {
+		r1, r2, r3 := rng.next(), rng.next(), rng.next()
+		s := ShardContext{State: uint32(r1), Reconnects: r2}
+		var cycles uint64
+		if (r1>>32)&3 != 0 {
+			cycles = r1 >> 40
+		}
+		s.ScheduleBackoff(r3, cycles)
+		d.add32(s.State)
+		d.add(s.Reconnects)
+		d.add(s.ReconnectDeadline)
+	})
+	run("resume", func(d *digest) {
+		r1, r2, r3 := rng.next(), rng.next(), rng.next()
+		s := ShardContext{Flags: uint32(r3), Sequence: uint32(r3 >> 32)}
+		switch r1 % 3 {
+		case 1:
+			s.SessionPtr = 1
+		case 2:
+			s.SessionPtr = 1
+			s.Session.Valid = 1
+		}
+		s.RestoreResumeState(uint32(r2), uint32(r2>>32))
+		d.add32(s.Sequence)
+		d.add32(s.Flags)
+	})
+	run("lease", func(d *digest) {
+		r1, r2, r3 := rng.next(), rng.next(), rng.next()
+		rt := ShardRuntime{LeaseExpired: r1&7 == 0}
+		if (r1>>3)&3 != 0 {
+			rt.LeaseDeadline = r2
+		}
+		rt.Shards = make([]ShardContext, (r1>>8)%5)
+		for j := range rt.Shards {
+			s := rng.next()
+			rt.Shards[j].State = uint32(s) % 6
+			rt.Shards[j].Flags = uint32(s >> 32)
+		}
+		rt.LeaseTick(r3)
+		d.add(b2u(rt.LeaseExpired))
+		d.add32(rt.Stopped)
+		for _, s := range rt.Shards {
+			d.add32(s.State)
+			d.add32(s.Flags)
+		}
+	})
+	run("route", func(d *digest) {
+		guild, r2 := rng.next(), rng.next()
+		total := uint32(r2) % 300000
+		if total == 0 { // the kernel refuses a zero total (CF set)
+			d.add(^uint64(0))
+			return
+		}
+		d.add32(ShardForGuild(guild, total))
+	})
+	return out
+}
+
+func b2u(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// SelfTestReport is what a kernel self-test run printed, parsed.
+type SelfTestReport struct {
+	Seed     uint32
+	Digests  map[string]uint64
+	Layout   map[string]uintptr // field name -> offset
+	Size     uintptr            // SHARD size
+	CfgKeys  []string
+	CfgCases []string // "ok ...", "reject OFFSET key=K" or "toolong", by case number
+	Passed   bool
+}
+
+// ParseSelfTestReport reads the kernel's self-test lines from a serial log.
+// It ignores every other line; a malformed self-test line is an error.
+func ParseSelfTestReport(serial string) (*SelfTestReport, error) {
+	r := &SelfTestReport{Digests: map[string]uint64{}, Layout: map[string]uintptr{}}
+	for _, line := range strings.Split(serial, "\n") {
+		line = strings.TrimRight(line, "\r")
+		f := strings.Fields(line)
+		switch {
+		case strings.HasPrefix(line, "selftest: seed="):
+			n, err := strconv.ParseUint(strings.TrimPrefix(line, "selftest: seed="), 10, 32)
+			if err != nil {
+				return nil, fmt.Errorf("self-test seed line %q: %v", line, err)
+			}
+			r.Seed = uint32(n)
+		case line == "selftest: pass":
+			r.Passed = true
+		case len(f) == 5 && f[0] == "selftest" && f[1] == "digest":
+			v, err := strconv.ParseUint(strings.TrimPrefix(f[4], "value="), 16, 64)
+			if err != nil {
+				return nil, fmt.Errorf("digest line %q: %v", line, err)
+			}
+			r.Digests[f[2]] = v
+		case len(f) == 4 && f[0] == "layout" && f[1] == "SHARD" && f[2] == "size":
+			n, err := strconv.ParseUint(f[3], 10, 32)
+			if err != nil {
+				return nil, fmt.Errorf("layout line %q: %v", line, err)
+			}
+			r.Size = uintptr(n)
+		case len(f) == 3 && f[0] == "layout" && strings.HasPrefix(f[1], "SHARD."):
+			n, err := strconv.ParseUint(f[2], 10, 32)
+			if err != nil {
+				return nil, fmt.Errorf("layout line %q: %v", line, err)
+			}
+			r.Layout[strings.TrimPrefix(f[1], "SHARD.")] = uintptr(n)
+		case len(f) >= 1 && f[0] == "cfgkeys":
+			r.CfgKeys = f[1:]
+		case len(f) >= 3 && f[0] == "cfgcase":
+			n, err := strconv.Atoi(f[1])
+			if err != nil || n != len(r.CfgCases) {
+				return nil, fmt.Errorf("config case line %q out of order", line)
+			}
+			r.CfgCases = append(r.CfgCases, strings.Join(f[2:], " "))
+		}
+	}
+	return r, nil
+}
+
+// KernelConfigVerdict formats ParseBootConfig's verdict on text the way the
+// kernel's self-test prints it, so the two can be compared as strings.
+func KernelConfigVerdict(text []byte) string {
+	c, err := ParseBootConfig(text)
+	if err == ErrConfigTooLong {
+		return "toolong"
+	}
+	if ce, ok := err.(*ConfigError); ok {
+		return fmt.Sprintf("reject %d key=%s", ce.Offset, ce.rawKey)
+	}
+	if err != nil {
+		return "error " + err.Error()
+	}
+	has := 0
+	if c.HasShards {
+		has |= 1
+	}
+	if c.HasTotalShards {
+		has |= 2
+	}
+	if c.HasCapacity {
+		has |= 4
+	}
+	if c.HasSeed {
+		has |= 8
+	}
+	return fmt.Sprintf("ok %s|%s|%s|%d|%d|%d|%d|%d|%d", c.NodeID, c.Controller, c.Credential,
+		c.Shards, c.TotalShards, c.Capacity, b2u(c.SelfTest), c.Seed, has)
+}

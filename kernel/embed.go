@@ -1,0 +1,21 @@
+// Package kernel embeds the NASM sources of the shard kernel and of the BIOS
+// MBR loader, so `dpxe build` can assemble them from the dpxe binary alone.
+//
+// Layout: kernel.asm is the root file (nasm -f bin, include path = this
+// directory); boot/ holds the entry stubs and the MBR loader, core/ the
+// serial console, interrupts, timing and command line, shard/ the shard
+// runtime, and selftest/ the in-kernel tests.
+package kernel
+
+import "embed"
+
+// Sources holds every .asm and .inc file of the kernel tree.
+//
+//go:embed *.asm */*.asm */*.inc *.inc
+var Sources embed.FS
+
+// Root is the file to assemble for kernel.bin.
+const Root = "kernel.asm"
+
+// MBRLoader is the file to assemble for the 440-byte BIOS MBR loader.
+const MBRLoader = "boot/mbr.asm"
