@@ -1,0 +1,260 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/discord-pxe/dpxe/appliance"
+)
+
+// e2eDeadline bounds every wait of the end-to-end test.
+const e2eDeadline = 30 * time.Second
+
+// buildDpxe compiles this command into dir.
+func buildDpxe(dir string) (string, error) {
+	bin := filepath.Join(dir, "dpxe")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		return "", errors.New(string(out))
+	}
+	return bin, nil
+}
+
+// serveProc is a running `dpxe serve`.
+type serveProc struct {
+	cmd   *exec.Cmd
+	url   string
+	logMu sync.Mutex
+	log   bytes.Buffer
+	done  chan error
+}
+
+var listenRE = regexp.MustCompile(`msg=listening addr=(127\.0\.0\.1:\d+)`)
+
+func startServe(t *testing.T, bin string, args ...string) *serveProc {
+	t.Helper()
+	p := &serveProc{cmd: exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...), done: make(chan error, 1)}
+	stderr, err := p.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			line := sc.Text()
+			p.logMu.Lock()
+			p.log.WriteString(line + "\n")
+			p.logMu.Unlock()
+			if m := listenRE.FindStringSubmatch(line); m != nil {
+				addr <- m[1]
+			}
+		}
+		p.done <- p.cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		if p.cmd.ProcessState == nil {
+			p.cmd.Process.Kill()
+		}
+	})
+	select {
+	case a := <-addr:
+		p.url = "http://" + a
+	case err := <-p.done:
+		t.Fatalf("dpxe serve exited early: %v\n%s", err, p.logs())
+	case <-time.After(e2eDeadline):
+		t.Fatalf("dpxe serve did not report its address:\n%s", p.logs())
+	}
+	return p
+}
+
+func (p *serveProc) logs() string {
+	p.logMu.Lock()
+	defer p.logMu.Unlock()
+	return p.log.String()
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (p *serveProc) stop(t *testing.T) {
+	t.Helper()
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.done:
+		if err != nil {
+			t.Fatalf("dpxe serve exit after SIGTERM: %v\n%s", err, p.logs())
+		}
+	case <-time.After(e2eDeadline):
+		t.Fatalf("dpxe serve ignored SIGTERM:\n%s", p.logs())
+	}
+	if !strings.Contains(p.logs(), "msg=stopped") {
+		t.Fatalf("no clean stop in the log:\n%s", p.logs())
+	}
+}
+
+func httpJSON(t *testing.T, method, url, token, body string, out any) int {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	c := &http.Client{Timeout: e2eDeadline}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			t.Fatalf("%s %s: %d %s", method, url, resp.StatusCode, data)
+		}
+	}
+	return resp.StatusCode
+}
+
+// TestServeEndToEnd builds dpxe, runs `dpxe serve` on a random loopback
+// port, adds a node with `dpxe nodes add`, drives check-in, Identify,
+// routing and drain over HTTP, stops it with SIGTERM, restarts it on the
+// same database and checks that the node, its lease and its assignment
+// survived.
+func TestServeEndToEnd(t *testing.T) {
+	dir := t.TempDir()
+	bin, err := buildDpxe(dir)
+	if err != nil {
+		t.Fatalf("build: %v", err)
+	}
+	db := filepath.Join(dir, "var", "dpxe.db")
+	tokenFile := filepath.Join(dir, "var", "admin.token")
+	cfgFile := filepath.Join(dir, "serve.json")
+	os.WriteFile(cfgFile, []byte(`{"total_shards": 8, "identify_window": "100ms", "lease": "5s"}`), 0o644)
+	args := []string{"--db", db, "--config", cfgFile, "--max-concurrency", "2"}
+	p := startServe(t, bin, args...)
+	if !strings.Contains(p.logs(), "admin token created") || !strings.Contains(p.logs(), tokenFile) {
+		t.Fatalf("log does not name the admin token file:\n%s", p.logs())
+	}
+	fi, err := os.Stat(tokenFile)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("admin token file: %v %v", fi, err)
+	}
+	tok, _ := os.ReadFile(tokenFile)
+	admin := strings.TrimSpace(string(tok))
+
+	out, err := exec.Command(bin, "nodes", "--server", p.url, "--token-file", tokenFile, "add", "e2e-node.1").CombinedOutput()
+	if err != nil {
+		t.Fatalf("dpxe nodes add: %v\n%s", err, out)
+	}
+	lines := strings.Split(string(out), "\n")
+	cred := strings.TrimSpace(lines[1])
+	if appliance.ValidateCredential(cred) != nil {
+		t.Fatalf("dpxe nodes add printed %q", out)
+	}
+	if strings.Contains(p.logs(), cred) || strings.Contains(p.logs(), admin) {
+		t.Fatal("a secret appeared in the server log")
+	}
+
+	var r appliance.CheckinResponse
+	body := `{"node_id":"e2e-node.1","capacity":8,"ready_shards":0,"starting_shards":0,"backoff_shards":0,"fatal_shards":0}`
+	if code := httpJSON(t, "POST", p.url+"/v1/checkin", cred, body, &r); code != 200 || r.TotalShards != 8 || r.RangeCount != 8 || r.MaxConcurrency != 2 || r.LeaseSeconds != 5 {
+		t.Fatalf("check-in: %d %+v", code, r)
+	}
+	var e struct{ Error, Field string }
+	if code := httpJSON(t, "POST", p.url+"/v1/checkin", cred, `{"node_id":"e2e-node.1","capacity":8,"colour":"red"}`, &e); code != 400 || e.Field != "colour" {
+		t.Fatalf("unknown field: %d %+v", code, e)
+	}
+	var ir appliance.IdentifyResponse
+	for end := time.Now().Add(e2eDeadline); !ir.Granted && time.Now().Before(end); {
+		httpJSON(t, "POST", p.url+"/v1/identify", cred, `{"node_id":"e2e-node.1","shard_id":5}`, &ir)
+	}
+	if !ir.Granted || ir.Bucket != 1 {
+		t.Fatalf("identify: %+v", ir)
+	}
+	var route struct {
+		ShardID uint32 `json:"shard_id"`
+		NodeID  string `json:"node_id"`
+	}
+	if code := httpJSON(t, "GET", p.url+"/v1/route?guild_id=41771983423143937", admin, "", &route); code != 200 ||
+		route.ShardID != appliance.ShardForGuild(41771983423143937, 8) || route.NodeID != "e2e-node.1" {
+		t.Fatalf("route: %d %+v", code, route)
+	}
+	list, err := exec.Command(bin, "nodes", "--server", p.url, "--token-file", tokenFile).CombinedOutput()
+	if err != nil || !strings.Contains(string(list), "e2e-node.1") || !strings.Contains(string(list), "0-7") {
+		t.Fatalf("dpxe nodes: %v\n%s", err, list)
+	}
+	p.stop(t)
+
+	// Restart on the same file: same token, the node restored live with
+	// its assignment, and no new admin token.
+	p = startServe(t, bin, args...)
+	if strings.Contains(p.logs(), "admin token created") {
+		t.Fatal("restart created a new admin token")
+	}
+	var plan struct {
+		Generation uint64 `json:"generation"`
+		Owned      uint32 `json:"owned"`
+		Grace      string `json:"restart_grace_until"`
+	}
+	if code := httpJSON(t, "GET", p.url+"/v1/plan", admin, "", &plan); code != 200 || plan.Owned != 8 || plan.Grace == "" || plan.Generation != r.Generation {
+		t.Fatalf("plan after restart: %d %+v", code, plan)
+	}
+	var r2 appliance.CheckinResponse
+	body = `{"node_id":"e2e-node.1","capacity":8,"generation":` + jsonNum(r.Generation) + `}`
+	if code := httpJSON(t, "POST", p.url+"/v1/checkin", cred, body, &r2); code != 200 || r2.Generation != r.Generation || r2.RangeCount != 8 || len(r2.Pending) != 0 {
+		t.Fatalf("check-in after restart: %d %+v", code, r2)
+	}
+	if code := httpJSON(t, "GET", p.url+"/v1/nodes", "wrong-token", "", nil); code != 401 {
+		t.Fatalf("wrong admin token: %d", code)
+	}
+	p.stop(t)
+}
+
+func jsonNum(v uint64) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func TestServeFlagsAndConfig(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.json")
+	os.WriteFile(good, []byte(`{"total_shards": 64, "lease": "20s", "listen": "127.0.0.1:9000"}`), 0o644)
+	cfg, err := parseServeFlags([]string{"--config", good, "--total-shards", "32"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.TotalShards != 32 || time.Duration(cfg.Lease) != 20*time.Second || cfg.Listen != "127.0.0.1:9000" ||
+		cfg.DB != defaultDBPath || cfg.AdminTokenFile != filepath.Join("var", adminTokenName) {
+		t.Fatalf("config %+v", cfg)
+	}
+	cases := map[string]string{
+		"unknown.json":  `{"total_shards": 8, "shards": 3}`,
+		"badlease.json": `{"lease": 30}`,
+	}
+	for name, body := range cases {
+		f := filepath.Join(dir, name)
+		os.WriteFile(f, []byte(body), 0o644)
+		if _, err := parseServeFlags([]string{"--config", f}); !errors.Is(err, errUsage) {
+			t.Errorf("%s accepted: %v", name, err)
+		}
+	}
+	if _, err := parseServeFlags([]string{"extra"}); !errors.Is(err, errUsage) {
+		t.Errorf("stray argument accepted: %v", err)
+	}
+	if _, err := parseServeFlags([]string{"--total-shards", "0"}); !errors.Is(err, errUsage) {
+		t.Errorf("zero shards accepted: %v", err)
+	}
+}
