@@ -1,0 +1,55 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+
+	"github.com/discord-pxe/dpxe/image"
+	"github.com/discord-pxe/dpxe/kernel"
+)
+
+func init() {
+	register(&command{
+		name:    "build",
+		summary: "assemble the kernel and write kernel.bin, netboot/, usb.img and manifest.json",
+		run:     runBuild,
+	})
+}
+
+// runBuild implements `dpxe build [--out DIR] [--src DIR]`.
+func runBuild(ctx context.Context, args []string) error {
+	flags := newFlagSet("build", "[--out DIR] [--src DIR]")
+	out := flags.String("out", "out", "output `directory` for the artifacts")
+	src := flags.String("src", "", "assemble the kernel tree in this `directory` instead of the sources built into dpxe")
+	if err := parseFlags(flags, args); err != nil {
+		return err
+	}
+	if flags.NArg() != 0 {
+		return fmt.Errorf("%w: unexpected arguments %q", errUsage, flags.Args())
+	}
+	m, err := image.Build(ctx, image.Options{
+		Sources:   sources(*src),
+		Root:      kernel.Root,
+		MBRLoader: kernel.MBRLoader,
+		OutDir:    *out,
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Printf("kernel %s (%s)\n", m.KernelVersion, m.NASMVersion)
+	for _, a := range m.Artifacts {
+		fmt.Printf("  %-24s %10d  sha256:%s\n", a.Path, a.Size, a.SHA256)
+	}
+	fmt.Printf("wrote %s/%s\n", *out, image.ManifestFile)
+	return nil
+}
+
+// sources returns the kernel tree to assemble: a directory, or the embedded one.
+func sources(dir string) fs.FS {
+	if dir != "" {
+		return os.DirFS(dir)
+	}
+	return kernel.Sources
+}
