@@ -16,7 +16,8 @@ import (
 // (stops what a response no longer assigns, starts only non-pending shards,
 // stops everything when its own lease deadline, counted from the send time
 // of its last answered check-in, passes), and it can crash, be cut off from
-// the controller, or be drained.
+// the controller, be drained, see its requests delayed by up to 2 s, and
+// lose answers.
 type simNode struct {
 	id          string
 	capacity    int
@@ -79,7 +80,7 @@ func runSimulation(t *testing.T, seed uint64) {
 		h.add(sim[i].id)
 	}
 	lastGrant := map[uint32]grant{}
-	grants, restarts, checkins := 0, 0, 0
+	grants, restarts, checkins, lost := 0, 0, 0, 0
 
 	checkin := func(n *simNode, now time.Time) {
 		req := appliance.CheckinRequest{NodeID: n.id, Capacity: n.capacity, Generation: n.gen}
@@ -89,11 +90,24 @@ func runSimulation(t *testing.T, seed uint64) {
 		if len(req.Shards) > appliance.MaxShardsPerNode {
 			req.Shards = req.Shards[:appliance.MaxShardsPerNode]
 		}
+		// The request left the node up to 2 s before the controller read
+		// it; the node counts its lease from the send time.
+		sent := now.Add(-time.Duration(rng.IntN(2000)) * time.Millisecond)
 		resp, err := h.c.Checkin(ctx, &req, "127.0.0.1")
 		if err != nil {
 			t.Fatalf("seed %d: checkin %s: %v", seed, n.id, err)
 		}
 		checkins++
+		if rng.IntN(50) == 0 {
+			// The answer is lost: the controller acted on the request, the
+			// node never sees the answer and tries again soon.
+			lost++
+			n.nextCheckin = now.Add(time.Second)
+			return
+		}
+		if !now.Before(sent.Add(time.Duration(resp.LeaseSeconds) * time.Second)) {
+			return // an answer whose lease already ran out is not applied
+		}
 		assigned := map[uint32]bool{}
 		for _, s := range resp.Assigned {
 			assigned[s] = true
@@ -113,7 +127,7 @@ func runSimulation(t *testing.T, seed uint64) {
 			}
 		}
 		n.gen = resp.Generation
-		n.deadline = now.Add(time.Duration(resp.LeaseSeconds) * time.Second)
+		n.deadline = sent.Add(time.Duration(resp.LeaseSeconds) * time.Second)
 		n.nextCheckin = now.Add(time.Duration(resp.NextCheckinMS)*time.Millisecond + time.Duration(rng.IntN(300))*time.Millisecond)
 	}
 
@@ -248,5 +262,6 @@ func runSimulation(t *testing.T, seed uint64) {
 	if restarts == 0 || grants < total {
 		t.Fatalf("seed %d: simulation too tame: %d restarts, %d grants", seed, restarts, grants)
 	}
-	t.Logf("seed %d: %d check-ins, %d Identify grants, %d controller restarts, generation %d", seed, checkins, grants, restarts, h.c.Plan().Generation)
+	t.Logf("seed %d: %d check-ins (%d answers lost), %d Identify grants, %d controller restarts, generation %d",
+		seed, checkins, lost, grants, restarts, h.c.Plan().Generation)
 }
