@@ -204,11 +204,14 @@ func BenchmarkCheckin(b *testing.B) {
 		b.Skip("set DPXE_BENCH=1 (make bench)")
 	}
 	for _, nodes := range []int{1000, 10000} {
-		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) { benchCheckin(b, nodes) })
+		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) { benchCheckin(b, nodes, false) })
 	}
+	// The same with every check-in carrying per-shard status for all its
+	// shards, which the controller keeps and writes to the store.
+	b.Run("nodes=10000/status", func(b *testing.B) { benchCheckin(b, 10000, true) })
 }
 
-func benchCheckin(b *testing.B, nodes int) {
+func benchCheckin(b *testing.B, nodes int, withStatus bool) {
 	ctx := context.Background()
 	st, err := store.Open(ctx, filepath.Join(b.TempDir(), "bench.db"))
 	if err != nil {
@@ -236,11 +239,19 @@ func benchCheckin(b *testing.B, nodes int) {
 		}
 		bt.creds = append(bt.creds, cred)
 	}
+	ranges := map[string]controller.PlanEntry{}
 	setBodies := func(gen uint64) {
 		bt.bodies = bt.bodies[:0]
 		for i := 0; i < nodes; i++ {
-			body, _ := json.Marshal(appliance.CheckinRequest{NodeID: fmt.Sprintf("node-%05d", i), Capacity: capacity,
-				Generation: gen, ReadyShards: capacity - 1, StartingShards: 1})
+			req := appliance.CheckinRequest{NodeID: fmt.Sprintf("node-%05d", i), Capacity: capacity,
+				Generation: gen, ReadyShards: capacity - 1, StartingShards: 1}
+			if r, ok := ranges[req.NodeID]; ok && withStatus {
+				for s := r.Start; s < r.Start+r.Count; s++ {
+					req.Shards = append(req.Shards, appliance.ShardStatus{ID: s, State: appliance.ShardReady,
+						SeqValid: true, HeartbeatAcks: 120, Reconnects: 1, LastError: "tls: read: connection reset", CloseCode: 4000})
+				}
+			}
+			body, _ := json.Marshal(req)
 			bt.bodies = append(bt.bodies, body)
 		}
 	}
@@ -254,8 +265,11 @@ func benchCheckin(b *testing.B, nodes int) {
 		time.Sleep(controller.DefaultRebalanceEvery) // let the coalesced rebalance run
 		ctrl.Tick()
 	}
-	setBodies(ctrl.Plan().Generation)
 	p := ctrl.Plan()
+	for _, r := range p.Ranges {
+		ranges[r.NodeID] = r
+	}
+	setBodies(p.Generation)
 	if p.Owned != total {
 		b.Fatalf("setup: %d of %d shards owned: %+v", p.Owned, total, p.Ranges[:1])
 	}
