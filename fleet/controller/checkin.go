@@ -34,7 +34,9 @@ func (c *Controller) Checkin(ctx context.Context, req *appliance.CheckinRequest,
 				Reason: fmt.Sprintf("%d out of range 0..%d: %v", req.Shards[i].ID, c.cfg.TotalShards-1, ErrShardRange)}
 		}
 	}
+	var becameLive func(string, string)
 	if !n.live {
+		becameLive = c.onLive
 		n.live = true
 		i, _ := slices.BinarySearchFunc(c.live, n.id, func(a *node, id string) int {
 			switch {
@@ -121,6 +123,9 @@ func (c *Controller) Checkin(ctx context.Context, req *appliance.CheckinRequest,
 	}
 	durable := need <= c.flushedSeq
 	c.mu.Unlock()
+	if becameLive != nil {
+		becameLive(n.id, addr)
+	}
 	if !durable {
 		if err := c.waitDurable(ctx, need); err != nil {
 			return appliance.CheckinResponse{}, err

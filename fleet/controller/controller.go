@@ -180,6 +180,8 @@ type Controller struct {
 	stage         stage
 	genSeq        uint64 // stage sequence of the current generation
 
+	onLive func(nodeID, addr string) // see OnNodeLive; guarded by mu
+
 	flushMu    sync.Mutex // serialises flushes; taken before mu
 	flushedSeq uint64     // highest durable sequence committed; guarded by mu
 }
@@ -332,6 +334,43 @@ func (c *Controller) AddNode(ctx context.Context, id string) (string, error) {
 	c.mu.Unlock()
 	c.log.Info("node added", "node", id)
 	return cred, nil
+}
+
+// RotateCredential gives an existing node a new credential and returns it;
+// the old one stops working at once. Netboot uses it to put a fresh
+// credential on the kernel command line of each boot, since only hashes
+// are stored.
+func (c *Controller) RotateCredential(ctx context.Context, id string) (string, error) {
+	cred, err := NewCredential()
+	if err != nil {
+		return "", err
+	}
+	h := HashCredential(cred)
+	if err := c.st.SetCredential(ctx, id, h[:]); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return "", fmt.Errorf("node %s: %w", id, ErrUnknownNode)
+		}
+		return "", err
+	}
+	c.mu.Lock()
+	if n := c.nodes[id]; n != nil {
+		n.credHash = h
+	} else {
+		c.nodes[id] = &node{id: id, credHash: h, createdAt: c.now()}
+	}
+	c.mu.Unlock()
+	c.log.Info("node credential rotated", "node", id)
+	return cred, nil
+}
+
+// OnNodeLive registers f to be called, outside the controller's lock, each
+// time a node enters the live set (first check-in, or first after its lease
+// expired), with the address it checked in from. The boot timeline uses it
+// for its "first check-in" step. Call it before serving requests.
+func (c *Controller) OnNodeLive(f func(nodeID, addr string)) {
+	c.mu.Lock()
+	c.onLive = f
+	c.mu.Unlock()
 }
 
 // Authenticate checks a node's credential in constant time. A node added

@@ -418,3 +418,37 @@ func TestConfigBounds(t *testing.T) {
 		}
 	}
 }
+
+func TestRotateCredentialAndLiveHook(t *testing.T) {
+	h := newHarness(t, Config{TotalShards: 4})
+	h.add("a")
+	ctx := context.Background()
+	var live []string
+	h.c.OnNodeLive(func(id, addr string) { live = append(live, id+"@"+addr) })
+	cred, err := h.c.RotateCredential(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.c.Authenticate(ctx, "a", h.creds["a"]); !errors.Is(err, ErrBadCredential) {
+		t.Fatalf("old credential after rotation: %v", err)
+	}
+	if err := h.c.Authenticate(ctx, "a", cred); err != nil {
+		t.Fatalf("new credential: %v", err)
+	}
+	if _, err := h.c.RotateCredential(ctx, "nobody"); !errors.Is(err, ErrUnknownNode) {
+		t.Fatalf("rotate unknown: %v", err)
+	}
+	h.checkin("a", 4, 0)
+	h.checkin("a", 4, 1)
+	h.clock.Advance(31 * time.Second)
+	h.c.Tick()
+	h.checkin("a", 4, 1)
+	if !reflect.DeepEqual(live, []string{"a@127.0.0.1", "a@127.0.0.1"}) {
+		t.Fatalf("live hook calls %v", live)
+	}
+	// The rotated credential survives a restart.
+	h.restart()
+	if err := h.c.Authenticate(ctx, "a", cred); err != nil {
+		t.Fatalf("rotated credential after restart: %v", err)
+	}
+}

@@ -122,6 +122,19 @@ func (s *Store) CreateNode(ctx context.Context, id string, credHash []byte, at t
 	return err
 }
 
+// SetCredential replaces a node's credential hash; ErrNotFound if the node
+// does not exist.
+func (s *Store) SetCredential(ctx context.Context, id string, credHash []byte) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE nodes SET cred_hash = ? WHERE id = ?`, credHash, id)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("node %s: %w", id, ErrNotFound)
+	}
+	return nil
+}
+
 const nodeColumns = `id, cred_hash, created_at, draining, capacity, first_seen, last_seen, lease_deadline,
 	live, acked_generation, held, address, ready_shards, starting_shards, backoff_shards, fatal_shards`
 
