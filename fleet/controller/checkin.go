@@ -116,11 +116,11 @@ func (c *Controller) Checkin(ctx context.Context, req *appliance.CheckinRequest,
 	resp.NextCheckinMS = uint32(next / time.Millisecond)
 	c.stageNodeLocked(n)
 	// The answer may go out once its generation and its grants are durable.
-	need := c.genSeq
 	if grew {
 		c.stage.seq++
-		need = c.stage.seq
+		n.grantSeq = c.stage.seq
 	}
+	need := max(c.genSeq, n.grantSeq)
 	durable := need <= c.flushedSeq
 	c.mu.Unlock()
 	if becameLive != nil {

@@ -152,6 +152,7 @@ type node struct {
 	counts        [4]int // ready, starting, backoff, fatal
 	plan          Range  // the node's range in the current plan
 	held          []uint32
+	grantSeq      uint64 // stage sequence of the node's latest grant
 	status        []appliance.ShardStatus
 	statusAt      time.Time
 	lastRefusalEv time.Time

@@ -452,3 +452,34 @@ func TestRotateCredentialAndLiveHook(t *testing.T) {
 		t.Fatalf("rotated credential after restart: %v", err)
 	}
 }
+
+// TestGrantNotAnsweredUntilDurable injects a write failure with a SQLite
+// trigger: a check-in whose grant cannot be committed fails, and so does
+// its retry, until the store accepts the write again.
+func TestGrantNotAnsweredUntilDurable(t *testing.T) {
+	h := newHarness(t, Config{TotalShards: 8})
+	h.add("a", "b")
+	ctx := context.Background()
+	r := h.checkin("a", 8, 0)
+	rb := h.checkin("b", 8, 0)
+	h.checkin("a", 8, rb.Generation) // a releases 4..7
+	_ = r
+	if _, err := h.st.DB().Exec(`CREATE TRIGGER fail_writes BEFORE UPDATE ON nodes BEGIN SELECT RAISE(ABORT, 'injected failure'); END`); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		if resp, err := h.c.Checkin(ctx, &appliance.CheckinRequest{NodeID: "b", Capacity: 8, Generation: rb.Generation}, ""); err == nil {
+			t.Fatalf("attempt %d: answered %+v although the grant is not durable", i, resp)
+		}
+	}
+	if _, err := h.st.DB().Exec(`DROP TRIGGER fail_writes`); err != nil {
+		t.Fatal(err)
+	}
+	if rb = h.checkin("b", 8, rb.Generation); len(rb.Pending) != 0 || len(rb.Assigned) != 4 {
+		t.Fatalf("after recovery: %+v", rb)
+	}
+	h.restart()
+	if owners := h.c.Owners(); owners[4] != "b" {
+		t.Fatalf("grant not persisted: %v", owners)
+	}
+}
