@@ -1,0 +1,469 @@
+package e2e
+
+// Harness of the netboot end-to-end tests: a network namespace with a
+// bridge, the netboot server running inside it as a helper process (this
+// test binary re-executed through `ip netns exec`), a SQLite inventory the
+// test can read and write, and QEMU nodes on tap devices.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	_ "github.com/mattn/go-sqlite3"
+
+	"github.com/discord-pxe/dpxe/fleet/netboot"
+	"github.com/discord-pxe/dpxe/fleet/netboot/dhcp"
+	"github.com/discord-pxe/dpxe/fleet/netboot/inventory"
+	"github.com/discord-pxe/dpxe/tools/netns"
+	"github.com/discord-pxe/dpxe/tools/qemu"
+)
+
+// helperEnv carries the helper process's configuration (JSON).
+const helperEnv = "DPXE_NETBOOT_HELPER"
+
+// helperConfig is what the helper process serves.
+type helperConfig struct {
+	Interface  string
+	ServerIP   string
+	Mode       string // "proxy", "authoritative" or "" (no DHCP)
+	Pool       string
+	HTTPAddr   string
+	BootDir    string
+	IPXEDir    string
+	Controller string
+	DB         string
+	RetrySec   int
+}
+
+// TestNetbootHelperProcess is not a test: the netboot e2e tests run this
+// binary inside their namespace with helperEnv set, and this function then
+// serves until killed.
+func TestNetbootHelperProcess(t *testing.T) {
+	raw := os.Getenv(helperEnv)
+	if raw == "" {
+		t.Skip("helper process of the netboot e2e tests; runs only when they start it")
+	}
+	var hc helperConfig
+	if err := json.Unmarshal([]byte(raw), &hc); err != nil {
+		fmt.Fprintln(os.Stderr, "helper config:", err)
+		os.Exit(2)
+	}
+	if err := runHelper(hc); err != nil {
+		fmt.Fprintln(os.Stderr, "helper:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+func openDB(path string) (*sql.DB, error) {
+	db, err := sql.Open("sqlite3", path+"?_busy_timeout=10000&_journal_mode=WAL")
+	if err != nil {
+		return nil, err
+	}
+	return db, nil
+}
+
+func runHelper(hc helperConfig) error {
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	db, err := openDB(hc.DB)
+	if err != nil {
+		return err
+	}
+	var tables int
+	db.QueryRow(`SELECT count(*) FROM sqlite_master WHERE name = 'netboot_nodes'`).Scan(&tables)
+	if tables == 0 {
+		if err := inventory.Migrate(context.Background(), db); err != nil {
+			return err
+		}
+	}
+	inv := &inventory.SQL{DB: db}
+	cfg := netboot.Config{
+		Interface: hc.Interface, ServerIP: netip.MustParseAddr(hc.ServerIP),
+		HTTPAddr: hc.HTTPAddr, BootDir: hc.BootDir, IPXEDir: hc.IPXEDir,
+		Controller: hc.Controller, ScriptRetry: time.Duration(hc.RetrySec) * time.Second, Log: log,
+	}
+	if hc.Mode != "" {
+		if cfg.DHCP.Mode, err = dhcp.ParseMode(hc.Mode); err != nil {
+			return err
+		}
+	}
+	if hc.Pool != "" {
+		if cfg.DHCP.Pool, err = dhcp.ParsePool(hc.Pool); err != nil {
+			return err
+		}
+		cfg.DHCP.Router = []netip.Addr{cfg.ServerIP}
+		cfg.DHCP.LeaseTime = 10 * time.Minute
+	}
+	ctx := context.Background()
+	s, err := netboot.New(ctx, cfg, inv, inv)
+	if err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx) }()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		select {
+		case err := <-done:
+			return err
+		default:
+		}
+		if c, err := net.DialTimeout("tcp", hc.HTTPAddr, time.Second); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("HTTP %s never came up", hc.HTTPAddr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	fmt.Println("READY")
+	return <-done
+}
+
+// netbootKernel returns the kernel.bin to boot and whether it is the real
+// shard kernel. It looks in $DPXE_OUT, then in the repository's out/; when
+// neither has one, it writes a placeholder, and the tests then check the
+// boot up to the kernel download only.
+func netbootKernel(t *testing.T) (string, bool) {
+	t.Helper()
+	var dirs []string
+	if d := os.Getenv("DPXE_OUT"); d != "" {
+		dirs = append(dirs, d)
+	}
+	if wd, err := os.Getwd(); err == nil {
+		dirs = append(dirs, filepath.Join(wd, "..", "..", "out"))
+	}
+	for _, d := range dirs {
+		p := filepath.Join(d, "kernel.bin")
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
+			return p, true
+		}
+	}
+	p := filepath.Join(t.TempDir(), "kernel.bin")
+	// Not a bootable image: iPXE downloads it and then refuses it.
+	if err := os.WriteFile(p, bytes.Repeat([]byte("dpxe placeholder kernel\n"), 20000), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("no kernel.bin in $DPXE_OUT or out/: booting a placeholder, checking up to kernel_fetched")
+	return p, false
+}
+
+var subnetSeq atomic.Int32
+
+// bootEnv is one namespace with a netboot server.
+type bootEnv struct {
+	t        *testing.T
+	ns       *netns.NS
+	serverIP netip.Addr
+	prefix   netip.Prefix
+	base     string // http://server:8080
+	inv      *inventory.SQL
+	kernel   string
+	real     bool // kernel is the shard kernel
+	logs     *syncBuffer
+	bootDir  string
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+const controllerURL = "http://10.77.0.1:8081"
+
+// newBootEnv creates the namespace and, unless mode is "none", starts the
+// netboot server in it. mode is "proxy", "authoritative" or "off" (TFTP
+// and HTTP only).
+func newBootEnv(t *testing.T, mode string) *bootEnv {
+	t.Helper()
+	if err := netns.Available(); err != nil {
+		t.Skipf("netboot e2e needs root and /dev/net/tun: %v", err)
+	}
+	n := 10 + subnetSeq.Add(1)
+	prefix := netip.MustParsePrefix(fmt.Sprintf("10.77.%d.0/24", n))
+	server := netip.MustParseAddr(fmt.Sprintf("10.77.%d.1", n))
+	ctx := context.Background()
+	ns, err := netns.New(ctx, netip.PrefixFrom(server, 24))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := ns.Close(); err != nil {
+			t.Errorf("removing namespace: %v", err)
+		}
+	})
+	dir := t.TempDir()
+	kernel, real := netbootKernel(t)
+	bootDir := filepath.Join(dir, "boot")
+	os.Mkdir(bootDir, 0o755)
+	copyFile(t, kernel, filepath.Join(bootDir, "kernel.bin"))
+	dbPath := filepath.Join(dir, "dpxe.db")
+	db, err := openDB(dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if err := inventory.Migrate(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	e := &bootEnv{t: t, ns: ns, serverIP: server, prefix: prefix, inv: &inventory.SQL{DB: db},
+		kernel: kernel, real: real, logs: &syncBuffer{}, bootDir: bootDir,
+		base: "http://" + server.String() + ":8080"}
+	hc := helperConfig{
+		Interface: ns.Bridge, ServerIP: server.String(), HTTPAddr: server.String() + ":8080",
+		BootDir: bootDir, IPXEDir: netboot.DefaultIPXEDir, Controller: controllerURL, DB: dbPath, RetrySec: 2,
+	}
+	switch mode {
+	case "authoritative":
+		hc.Mode, hc.Pool = mode, fmt.Sprintf("10.77.%d.100-10.77.%d.199/24", n, n)
+	case "proxy":
+		hc.Mode = mode
+	}
+	e.startHelper(hc)
+	return e
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *bootEnv) startHelper(hc helperConfig) {
+	t := e.t
+	raw, _ := json.Marshal(hc)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := e.ns.Command(ctx, exe, "-test.run=^TestNetbootHelperProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), helperEnv+"="+string(raw))
+	cmd.Stderr = e.logs
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		cmd.Wait()
+		if t.Failed() || os.Getenv("DPXE_NETBOOT_LOGS") == "1" {
+			t.Logf("netboot server log:\n%s", e.logs.String())
+		}
+	})
+	ready := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		ok := false
+		for sc.Scan() {
+			if sc.Text() == "READY" && !ok {
+				ok = true
+				ready <- true
+			}
+		}
+		if !ok {
+			ready <- false
+		}
+		io.Copy(io.Discard, out)
+	}()
+	select {
+	case ok := <-ready:
+		if !ok {
+			t.Fatalf("netboot server exited before it was ready:\n%s", e.logs.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("netboot server not ready after 20 s:\n%s", e.logs.String())
+	}
+}
+
+// approve makes mac a node named id.
+func (e *bootEnv) approve(mac, id string) {
+	e.t.Helper()
+	hw, err := inventory.ParseMAC(mac)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.inv.Approve(context.Background(), hw, id, "cred-"+strings.ReplaceAll(id, ".", "-")+"-0123456789", time.Now()); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *bootEnv) credential(id string) string {
+	return "cred-" + strings.ReplaceAll(id, ".", "-") + "-0123456789"
+}
+
+// stages returns mac's timeline as stage names.
+func (e *bootEnv) stages(mac string) []string {
+	hw, _ := inventory.ParseMAC(mac)
+	ev, err := e.inv.Timeline(context.Background(), hw)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var s []string
+	for _, x := range ev {
+		s = append(s, string(x.Stage))
+	}
+	return s
+}
+
+func (e *bootEnv) timeline(mac string) string {
+	hw, _ := inventory.ParseMAC(mac)
+	ev, _ := e.inv.Timeline(context.Background(), hw)
+	var b strings.Builder
+	for _, x := range ev {
+		fmt.Fprintf(&b, "  %s %-15s %s\n", x.At.Format("15:04:05.000"), x.Stage, x.Detail)
+	}
+	return b.String()
+}
+
+// hasInOrder reports whether want occurs in got as a subsequence.
+func hasInOrder(got []string, want ...string) bool {
+	i := 0
+	for _, g := range got {
+		if i < len(want) && g == want[i] {
+			i++
+		}
+	}
+	return i == len(want)
+}
+
+// node is one QEMU machine on the boot network.
+type node struct {
+	mac, tap string
+	fw       qemu.Firmware
+	nic      string // "e1000" or "virtio"
+	serial   *syncBuffer
+	cancel   context.CancelFunc
+	done     chan *qemu.Result
+	start    time.Time
+}
+
+// boot starts a QEMU node that network-boots on a new tap device.
+func (e *bootEnv) boot(mac, tap string, fw qemu.Firmware, nic string) *node {
+	t := e.t
+	t.Helper()
+	if err := qemu.Available(fw); err != nil {
+		t.Skip(err)
+	}
+	ctx := context.Background()
+	if err := e.ns.AddTap(ctx, tap); err != nil {
+		t.Fatal(err)
+	}
+	dev := "e1000,romfile=/usr/lib/ipxe/qemu/pxe-e1000.rom"
+	if nic == "virtio" {
+		dev = "virtio-net-pci,romfile=/usr/lib/ipxe/qemu/efi-virtio.rom"
+	}
+	n := &node{mac: mac, tap: tap, fw: fw, nic: nic, serial: &syncBuffer{}, done: make(chan *qemu.Result, 1)}
+	qctx, cancel := context.WithCancel(ctx)
+	n.cancel = cancel
+	opts := qemu.Options{
+		Firmware: fw,
+		Net: []string{
+			"-netdev", fmt.Sprintf("tap,id=n0,ifname=%s,script=no,downscript=no", tap),
+			"-device", fmt.Sprintf("%s,netdev=n0,mac=%s,bootindex=1", dev, strings.ReplaceAll(mac, "-", ":")),
+		},
+		Wrapper: e.ns.Wrapper(),
+		// iPXE's option ROM dies with "KVM: emulation failure" on the
+		// nested KVM of our machines; TCG boots it. DPXE_NETBOOT_KVM=1
+		// tries KVM anyway.
+		NoKVM:   os.Getenv("DPXE_NETBOOT_KVM") != "1",
+		Timeout: 150 * time.Second,
+		Serial:  n.serial,
+	}
+	n.start = time.Now()
+	go func() {
+		res, err := qemu.Run(qctx, opts)
+		if err != nil {
+			n.serial.Write([]byte("\n[qemu error] " + err.Error()))
+		}
+		n.done <- res
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-n.done
+		if t.Failed() {
+			t.Logf("serial console of %s:\n%s", mac, n.serial.String())
+		}
+	})
+	return n
+}
+
+// waitFor polls cond until it holds, the node's QEMU exits, or timeout.
+func (e *bootEnv) waitFor(n *node, timeout time.Duration, what string, cond func() bool) time.Duration {
+	e.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if cond() {
+			return time.Since(n.start)
+		}
+		select {
+		case res := <-n.done:
+			n.done <- res
+			if cond() {
+				return time.Since(n.start)
+			}
+			e.t.Fatalf("%s: QEMU ended (exit %v) before %s\ntimeline:\n%s", n.mac, res, what, e.timeline(n.mac))
+		default:
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%s: no %s after %s\ntimeline:\n%s", n.mac, what, timeout, e.timeline(n.mac))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// waitBooted waits until node n has booted as node id: the kernel's banner
+// on the serial console names the node and controller when the real
+// kernel is in use, otherwise the timeline reaches kernel_fetched.
+func (e *bootEnv) waitBooted(n *node, id string, timeout time.Duration) time.Duration {
+	e.t.Helper()
+	took := e.waitFor(n, timeout, "kernel_fetched", func() bool {
+		return hasInOrder(e.stages(n.mac), "script_fetched", "kernel_fetched")
+	})
+	if !e.real {
+		return took
+	}
+	return e.waitFor(n, timeout, "kernel banner with node="+id, func() bool {
+		s := n.serial.String()
+		for _, line := range strings.Split(s, "\n") {
+			if strings.Contains(line, "node="+id) && strings.Contains(line, "controller="+controllerURL) {
+				return true
+			}
+		}
+		return false
+	})
+}
