@@ -228,7 +228,7 @@ func New(ctx context.Context, st *store.Store, cfg Config, now func() time.Time,
 		if !r.Live && r.Held == "" {
 			continue
 		}
-		if !sameTotal {
+		if !sameTotal && r.Held != "" {
 			return nil, fmt.Errorf("controller: store has %d shards, config %d, node %s: %w", plan.TotalShards, cfg.TotalShards, r.ID, ErrTotalChanged)
 		}
 		held, err := decodeHeld(r.Held, cfg.TotalShards)
@@ -242,9 +242,10 @@ func New(ctx context.Context, st *store.Store, cfg Config, now func() time.Time,
 		}
 		for _, s := range held {
 			if other := c.holder[s]; other != nil {
-				// A consistent snapshot never has this; keep both
-				// claims visible by leaving the first holder.
-				log.Error("stored held sets overlap", "shard", s, "node", n.id, "other", other.id)
+				// Stored state is a consistent snapshot, so this
+				// cannot happen unless the file was edited; the
+				// second claim is dropped and reported.
+				log.Error("stored held sets overlap; keeping the first", "shard", s, "node", n.id, "other", other.id)
 				continue
 			}
 			c.holder[s] = n
@@ -264,8 +265,11 @@ func New(ctx context.Context, st *store.Store, cfg Config, now func() time.Time,
 		}
 	} else if havePlan {
 		c.gen = plan.Generation
-		c.dirty = true
 	}
+	// Recompute the plan once the grace is over: nodes may have joined or
+	// left after the stored plan was written. The generation moves only if
+	// the assignment does.
+	c.dirty = true
 	if restored > 0 {
 		c.graceUntil = t.Add(cfg.Lease)
 	}

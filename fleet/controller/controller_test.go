@@ -483,3 +483,20 @@ func TestGrantNotAnsweredUntilDurable(t *testing.T) {
 		t.Fatalf("grant not persisted: %v", owners)
 	}
 }
+
+func TestTotalChangeAllowedWhenNothingHeld(t *testing.T) {
+	h := newHarness(t, Config{TotalShards: 8})
+	h.add("a")
+	h.checkin("a", 8, 0)
+	h.clock.Advance(time.Minute)
+	h.c.Tick() // a expires and releases everything
+	if err := h.c.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	h.cfg.TotalShards = 16
+	h.restart()
+	r := h.checkin("a", 8, 0)
+	if r.TotalShards != 16 || r.RangeCount != 8 || r.Generation < 2 {
+		t.Fatalf("after total change: %+v", r)
+	}
+}
