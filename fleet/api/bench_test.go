@@ -257,7 +257,10 @@ func benchCheckin(b *testing.B, nodes int, withStatus bool) {
 	}
 	// Join everyone, let the plan settle, acknowledge it: the steady state
 	// of a fleet whose nodes renew every lease/3.
+	settleStart := time.Now()
+	rounds := 0
 	for i := 0; i < 10 && ctrl.Plan().Owned < total; i++ {
+		rounds++
 		setBodies(ctrl.Plan().Generation)
 		if r := bt.closedLoop(nodes); r.errors > 0 {
 			b.Fatalf("setup round %d: %d errors", i, r.errors)
@@ -265,6 +268,7 @@ func benchCheckin(b *testing.B, nodes int, withStatus bool) {
 		time.Sleep(controller.DefaultRebalanceEvery) // let the coalesced rebalance run
 		ctrl.Tick()
 	}
+	settle := time.Since(settleStart)
 	p := ctrl.Plan()
 	for _, r := range p.Ranges {
 		ranges[r.NodeID] = r
@@ -305,6 +309,8 @@ func benchCheckin(b *testing.B, nodes int, withStatus bool) {
 		b.ReportMetric(ms(pd.p50), "dpxe-1k/s-p50-ms")
 		b.ReportMetric(ms(pd.p99), "dpxe-1k/s-p99-ms")
 		b.ReportMetric(ms(pb.p99), "bare-1k/s-p99-ms")
+		b.ReportMetric(settle.Seconds(), "join-settle-s")
+		b.ReportMetric(float64(rounds), "join-rounds")
 		b.ReportMetric(rss, "rss-MiB")
 		b.ReportMetric(rssMiB(), "rss-after-load-MiB")
 		b.ReportMetric(float64(heap.HeapInuse)/(1<<20), "heap-MiB")
