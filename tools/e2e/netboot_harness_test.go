@@ -459,8 +459,12 @@ func (e *bootEnv) waitBooted(n *node, id string, timeout time.Duration) time.Dur
 	}
 	return e.waitFor(n, timeout, "kernel banner with node="+id, func() bool {
 		s := n.serial.String()
+		if strings.Contains(s, "config error") {
+			e.t.Fatalf("%s: the kernel rejected its command line:\n%s", n.mac, s)
+		}
 		for _, line := range strings.Split(s, "\n") {
 			if strings.Contains(line, "node="+id) && strings.Contains(line, "controller="+controllerURL) {
+				e.t.Logf("%s: kernel banner: %s", n.mac, strings.TrimSpace(line))
 				return true
 			}
 		}

@@ -81,6 +81,7 @@ func New(cfg Config, inv inventory.Inventory, rec Recorder, log *slog.Logger) (*
 // Register mounts the handler on mux at GET /boot/.
 func (h *Handler) Register(mux *http.ServeMux) {
 	mux.Handle("GET /boot/{name}", h)
+	mux.Handle("GET /boot/node/{mac}/{name}", h)
 }
 
 // ServeHTTP serves one /boot/ request.
@@ -89,11 +90,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if name == "" {
 		name = strings.TrimPrefix(r.URL.Path, "/boot/")
 	}
-	if strings.HasSuffix(name, ".ipxe") {
+	var mac net.HardwareAddr
+	if m := r.PathValue("mac"); m != "" {
+		var err error
+		if mac, err = inventory.ParseMAC(m); err != nil {
+			http.Error(w, "bad MAC address in path", http.StatusBadRequest)
+			return
+		}
+	} else if strings.HasSuffix(name, ".ipxe") {
 		h.serveScript(w, r, strings.TrimSuffix(name, ".ipxe"))
 		return
 	}
-	h.serveFile(w, r, name)
+	h.serveFile(w, r, name, mac)
 }
 
 func remoteIP(r *http.Request) netip.Addr {
@@ -116,6 +124,10 @@ type scriptData struct {
 	Retry                                                    int
 }
 
+// The kernel URL names the MAC in its path, not in a query: iPXE passes
+// the whole URL as the first command-line token, and a '=' there would
+// read as a key=value pair to the kernel.
+//
 // The boot script keeps the kernel line free of "|| goto" so that
 // every token after the URL is the command line for any parser; when a
 // download fails iPXE ends the script and the firmware moves to its next
@@ -129,7 +141,7 @@ var (
 # Discord-PXE: node {{.NodeID}} ({{.MAC}})
 set user-class {{.UserClass}}
 echo dpxe: booting node {{.NodeID}}
-kernel {{.Base}}/boot/{{.Kernel}}?mac={{.MAC}} {{.Cmdline}}
+kernel {{.Base}}/boot/node/{{.MAC}}/{{.Kernel}} {{.Cmdline}}
 boot
 `))
 	waitScript = template.Must(template.New("wait").Parse(`#!ipxe
@@ -224,7 +236,9 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-func (h *Handler) serveFile(w http.ResponseWriter, r *http.Request, name string) {
+// serveFile serves a boot file; mac, when known from the URL, names the
+// node for the timeline.
+func (h *Handler) serveFile(w http.ResponseWriter, r *http.Request, name string, mac net.HardwareAddr) {
 	f, size, err := h.cfg.Roots.Open(name)
 	if err != nil {
 		if errors.Is(err, bootfiles.ErrNotFound) {
@@ -243,10 +257,6 @@ func (h *Handler) serveFile(w http.ResponseWriter, r *http.Request, name string)
 	http.ServeContent(cw, r, "", st.ModTime(), f)
 	if name != h.cfg.Kernel || r.Method != http.MethodGet {
 		return
-	}
-	var mac net.HardwareAddr
-	if q := r.URL.Query().Get("mac"); q != "" {
-		mac, _ = inventory.ParseMAC(q)
 	}
 	if mac == nil && h.rec != nil {
 		mac, _ = h.rec.MACForIP(remoteIP(r))

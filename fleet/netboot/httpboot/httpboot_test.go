@@ -147,8 +147,12 @@ func TestDiscoveredThenApproved(t *testing.T) {
 		t.Fatalf("kernel via the script: %d bytes, %v", len(got), err)
 	}
 	// Fetches: ours (wait script), ours and the parser's (boot script); the
-	// parser's kernel fetch went through /boot/kernel.bin?mac=..., so the
-	// timeline names the node.
+	// parser's kernel fetch went through /boot/node/<mac>/kernel.bin, so
+	// the timeline names the node. No '=' may precede the command line:
+	// iPXE passes the URL as the first token.
+	if strings.Contains(strings.Fields(strings.SplitAfter(body, "\nkernel ")[1])[0], "=") {
+		t.Fatalf("kernel URL contains '=':\n%s", body)
+	}
 	deadline := time.Now().Add(2 * time.Second)
 	for time.Now().Before(deadline) && !strings.Contains(strings.Join(r.stages(), ","), "kernel_fetched") {
 		time.Sleep(10 * time.Millisecond)
@@ -174,14 +178,16 @@ func TestFilesAndRefusals(t *testing.T) {
 		t.Fatalf("kernel: %d length %d", resp.StatusCode, resp.ContentLength)
 	}
 	for path, code := range map[string]int{
-		"/boot/escape":                       403,
-		"/boot/..%2fsecret":                  403,
-		"/boot/nothere":                      404,
-		"/boot/not-a-mac.ipxe":               400,
-		"/boot/52-54-00-12-34-56-78.ipxe":    400,
-		"/boot/..%2F..%2Fetc%2Fpasswd":       403,
-		"/boot/%2Fetc%2Fpasswd":              403,
-		"/boot/52-54-00-12-34-56.ipxe/extra": 404,
+		"/boot/escape":                        403,
+		"/boot/..%2fsecret":                   403,
+		"/boot/nothere":                       404,
+		"/boot/not-a-mac.ipxe":                400,
+		"/boot/52-54-00-12-34-56-78.ipxe":     400,
+		"/boot/..%2F..%2Fetc%2Fpasswd":        403,
+		"/boot/%2Fetc%2Fpasswd":               403,
+		"/boot/52-54-00-12-34-56.ipxe/extra":  404,
+		"/boot/node/zz/kernel.bin":            400,
+		"/boot/node/52-54-00-12-34-56/escape": 403,
 	} {
 		if resp, _ := get(t, srv.URL+path); resp.StatusCode != code {
 			t.Errorf("GET %s = %d, want %d", path, resp.StatusCode, code)
