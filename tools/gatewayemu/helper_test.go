@@ -23,7 +23,7 @@ const testTimeout = 10 * time.Second
 // fastOptions are short timings for protocol tests.
 func fastOptions() Options {
 	return Options{
-		HeartbeatInterval:   time.Second,
+		HeartbeatInterval:   30 * time.Second, // tests of heartbeat timing set their own
 		IdentifyWindow:      time.Nanosecond, // tests of the bucket window set their own
 		IdentifyRejectDelay: 10 * time.Millisecond,
 		ReconnectGrace:      time.Second,

@@ -102,12 +102,12 @@ func (c *conn) identifyClosed(shard *[2]int, kind Kind, code int, detail string)
 // Identify and starts the session when both allow it.
 func (c *conn) admit(shard [2]int, guilds []uint64) {
 	e := c.e
-	now := e.opts.Now()
 	mc := e.opts.MaxConcurrency
 	bucket := shard[0] % mc
 	sp := shardPtr(shard[0], shard[1])
 
 	e.mu.Lock()
+	now := e.opts.Now() // under the lock: the Identify log is in time order
 	c.shard = sp
 	rec := IdentifyRecord{Time: now, Conn: c.id, Shard: sp, Bucket: bucket}
 
@@ -300,10 +300,12 @@ func (c *conn) resume(raw json.RawMessage) {
 	// Attach and replay under the session lock only, so dispatches raised
 	// meanwhile land in the buffer and are replayed in order.
 	s.mu.Lock()
-	ok := e.replayLocked(s, c, *d.Seq)
+	ok := s.canReplayLocked(*d.Seq)
 	if ok && !c.closing.Load() {
 		s.conn = c
 		s.resumes++
+		e.counters.resumes.Add(1) // before RESUMED is written: clients may look at once
+		e.replayLocked(s, c, *d.Seq)
 	}
 	attached := s.conn == c
 	last := s.seq
@@ -323,5 +325,4 @@ func (c *conn) resume(raw json.RawMessage) {
 	e.mu.Lock()
 	e.notifyLocked()
 	e.mu.Unlock()
-	e.counters.resumes.Add(1)
 }

@@ -82,7 +82,11 @@ type Options struct {
 	ResumeTimeout time.Duration
 	// ReplayLimit is how many dispatches each session keeps for replay (default 1024).
 	ReplayLimit int
-	// SendLimit and SendWindow are the client send limit (default 120 per 60 s).
+	// SendLimit and SendWindow are the client send limit (default 120 per
+	// 60 s). When HeartbeatInterval is shorter than Discord's 41.25 s and
+	// SendWindow is zero, the window shrinks by the same ratio, so a client
+	// that heartbeats at the interval uses the same share of the budget as
+	// on Discord.
 	SendLimit  int
 	SendWindow time.Duration
 	// ReconnectGrace is how long after an injected op 7 the emulator closes
@@ -151,6 +155,13 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.SendWindow == 0 {
 		o.SendWindow = DefaultSendWindow
+		if o.HeartbeatInterval < DefaultHeartbeatInterval {
+			// Keep Discord's ratio of heartbeats to the send budget when a
+			// test shortens the interval, or honest heartbeating alone
+			// would exceed 120 events per 60 s.
+			o.SendWindow = time.Duration(float64(DefaultSendWindow) *
+				float64(o.HeartbeatInterval) / float64(DefaultHeartbeatInterval))
+		}
 	}
 	if o.ReconnectGrace == 0 {
 		o.ReconnectGrace = DefaultReconnectGrace

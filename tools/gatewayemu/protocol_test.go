@@ -166,8 +166,10 @@ func TestIdentifyCompressTrue(t *testing.T) {
 func TestIdentifyValidation(t *testing.T) {
 	t.Parallel()
 	o := fastOptions()
-	o.Guilds = 2600 // a single shard would exceed 2500 guilds
-	o.ShardMultiple = 0
+	o.GuildIDs = make([]uint64, 2600) // 2600 guilds: one shard would exceed 2500
+	for i := range o.GuildIDs {
+		o.GuildIDs[i] = uint64(i+1) << 22 // alternating timestamps: 1300 per shard of 2
+	}
 	o.ApprovedIntents = IntentGuildMembers
 	emu := startEmu(t, o)
 	base := func() map[string]any { return identifyPayload(emu, 0, 2) }
@@ -463,7 +465,9 @@ func TestFramingErrors(t *testing.T) {
 
 func TestSendRateLimit(t *testing.T) {
 	t.Parallel()
-	emu := startEmu(t, fastOptions())
+	o := fastOptions()
+	o.SendWindow = DefaultSendWindow
+	emu := startEmu(t, o)
 	c := connect(t, emu)
 	c.identify(emu, 0, 1)
 	// 120 events (the Identify was one) are fine; the 121st closes with 4008.
@@ -533,5 +537,13 @@ func TestOptionsValidation(t *testing.T) {
 	if got.HeartbeatInterval != DefaultHeartbeatInterval || got.IdentifyWindow != 5*time.Second ||
 		got.SessionStarts != 1000 || got.MaxConcurrency != 1 || got.SendLimit != 120 {
 		t.Fatalf("defaults %+v", got)
+	}
+	if got.SendWindow != time.Minute {
+		t.Fatalf("send window %v", got.SendWindow)
+	}
+	// A shortened heartbeat interval shrinks the send window by the same ratio.
+	e, _ = New(Options{HeartbeatInterval: 4125 * time.Millisecond})
+	if w := e.Options().SendWindow; w != 6*time.Second {
+		t.Fatalf("scaled send window %v, want 6s", w)
 	}
 }

@@ -108,18 +108,24 @@ func (e *Emulator) dispatch(s *session, t string, d any) {
 	}
 }
 
+// canReplayLocked reports whether a Resume from seq can be served: seq was
+// sent by the session and everything after it is still buffered. s.mu must
+// be held.
+func (s *session) canReplayLocked(seq int64) bool {
+	switch {
+	case seq > s.seq:
+		return false
+	case len(s.buf) > 0 && seq < s.buf[0].seq-1:
+		return false
+	case len(s.buf) == 0 && seq < s.seq:
+		return false
+	}
+	return true
+}
+
 // replayLocked writes the buffered dispatches after seq to c, then RESUMED.
-// It reports false if seq cannot be replayed. s.mu must be held.
-func (e *Emulator) replayLocked(s *session, c *conn, seq int64) bool {
-	if seq > s.seq {
-		return false
-	}
-	if len(s.buf) > 0 && seq < s.buf[0].seq-1 {
-		return false
-	}
-	if len(s.buf) == 0 && seq < s.seq {
-		return false
-	}
+// The caller checked canReplayLocked. s.mu must be held.
+func (e *Emulator) replayLocked(s *session, c *conn, seq int64) {
 	for _, b := range s.buf {
 		if b.seq > seq {
 			c.writeDispatch(b.frame)
@@ -132,7 +138,6 @@ func (e *Emulator) replayLocked(s *session, c *conn, seq int64) bool {
 	frame, _ := json.Marshal(outPayload{Op: OpDispatch, D: map[string]any{}, S: &rs, T: &t})
 	c.writeDispatch(frame)
 	e.counters.dispatches.Add(1)
-	return true
 }
 
 // readyData builds READY (research §1.7).
