@@ -24,7 +24,7 @@ const testTimeout = 10 * time.Second
 func fastOptions() Options {
 	return Options{
 		HeartbeatInterval:   30 * time.Second, // tests of heartbeat timing set their own
-		IdentifyWindow:      time.Nanosecond, // tests of the bucket window set their own
+		IdentifyWindow:      time.Nanosecond,  // tests of the bucket window set their own
 		IdentifyRejectDelay: 10 * time.Millisecond,
 		ReconnectGrace:      time.Second,
 	}
