@@ -38,6 +38,7 @@ text_start:
 %include "core/idt.inc"
 %include "core/tsc.inc"
 %include "core/acpi.inc"
+%include "core/fwcfg.inc"
 %include "core/cmdline.inc"
 %include "core/power.inc"
 %include "shard/shard.inc"

@@ -77,6 +77,17 @@ type Options struct {
 	Serial io.Writer
 	// Extra arguments appended last.
 	Extra []string
+	// Initrd is passed as -initrd: a Multiboot module on SeaBIOS.
+	Initrd string
+	// Config is handed to the kernel as the fw_cfg file
+	// opt/org.discord-pxe/config: the only way to give a config to
+	// `-kernel kernel.bin` under OVMF, since QEMU keeps a Multiboot
+	// kernel's -append text inside its Multiboot info blob.
+	Config string
+	// Until, when set, is called with the serial output so far whenever
+	// more arrives and every 100 ms; returning true stops QEMU (the run is
+	// then not a timeout). Tests use it to end runs that halt on purpose.
+	Until func(serial string) bool
 	// NoKVM forces TCG even when /dev/kvm works.
 	NoKVM bool
 	// Wrapper runs QEMU through another command, e.g. ["ip","netns","exec","ns"].
@@ -88,6 +99,7 @@ type Result struct {
 	Serial   string        // everything the guest wrote to COM1
 	ExitCode int           // QEMU's exit status (-1 when killed on timeout)
 	TimedOut bool          // the run hit Options.Timeout or the context ended
+	Stopped  bool          // Options.Until ended the run
 	Elapsed  time.Duration // from start to exit
 	Args     []string      // the command line used
 }
@@ -107,7 +119,7 @@ var (
 )
 
 // KVMUsable reports whether /dev/kvm can be opened for reading and writing.
-// Set DPXE_TCG=1 to force software emulation.
+// Set DPXE_TCG=1 to force software emulation everywhere.
 func KVMUsable() bool {
 	kvmOnce.Do(func() {
 		if os.Getenv("DPXE_TCG") == "1" {
@@ -120,6 +132,25 @@ func KVMUsable() bool {
 		}
 	})
 	return kvmOK
+}
+
+// useKVM decides the accelerator. OVMF runs under TCG unless
+// DPXE_OVMF_KVM=1: on nested KVM (this project's CI machines) OVMF's early
+// code stops with "KVM internal error ... emulation failure", while the
+// SeaBIOS paths run fine under KVM.
+func useKVM(o Options) bool {
+	if o.NoKVM || !KVMUsable() {
+		return false
+	}
+	return o.Firmware != OVMF || os.Getenv("DPXE_OVMF_KVM") == "1"
+}
+
+// Accelerator names the accelerator a run with o would use.
+func Accelerator(o Options) string {
+	if useKVM(o) {
+		return "kvm"
+	}
+	return "tcg"
 }
 
 // Available returns nil when QEMU (and, for OVMF, the firmware) can run.
@@ -152,7 +183,7 @@ func Args(o Options, workDir string) ([]string, error) {
 		"-monitor", "none",
 		"-device", fmt.Sprintf("isa-debug-exit,iobase=0x%x,iosize=0x04", DebugExitPort),
 	}
-	if KVMUsable() && !o.NoKVM {
+	if useKVM(o) {
 		args = append(args, "-accel", "kvm", "-cpu", "host")
 	} else {
 		args = append(args, "-accel", "tcg", "-cpu", "max")
@@ -175,6 +206,15 @@ func Args(o Options, workDir string) ([]string, error) {
 		if o.Append != "" {
 			args = append(args, "-append", o.Append)
 		}
+		if o.Initrd != "" {
+			args = append(args, "-initrd", o.Initrd)
+		}
+	}
+	if o.Config != "" {
+		if strings.Contains(o.Config, ",") {
+			return nil, fmt.Errorf("qemu: fw_cfg config must not contain a comma")
+		}
+		args = append(args, "-fw_cfg", "name=opt/org.discord-pxe/config,string="+o.Config)
 	}
 	usb := false
 	for i, d := range o.Drives {
@@ -233,11 +273,36 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	cmd.WaitDelay = 2 * time.Second
 	var serial bytes.Buffer
 	var mu sync.Mutex
-	w := io.Writer(&lockedWriter{mu: &mu, w: &serial})
+	stopped := false
+	w := io.Writer(&lockedWriter{mu: &mu, w: &serial, after: func(b *bytes.Buffer) {
+		if o.Until != nil && !stopped && o.Until(b.String()) {
+			stopped = true
+			cancel()
+		}
+	}})
 	if o.Serial != nil {
 		w = io.MultiWriter(w, o.Serial)
 	}
 	cmd.Stdout = w
+	if o.Until != nil { // also ask Until while the guest is silent
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+					mu.Lock()
+					if !stopped && o.Until(serial.String()) {
+						stopped = true
+						cancel()
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	start := time.Now()
@@ -245,7 +310,13 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	res := &Result{Elapsed: time.Since(start), Args: argv}
 	mu.Lock()
 	res.Serial = serial.String()
+	wasStopped := stopped
 	mu.Unlock()
+	if wasStopped {
+		res.Stopped = true
+		res.ExitCode = -1
+		return res, nil
+	}
 	if ctx.Err() != nil {
 		res.TimedOut = true
 		res.ExitCode = -1
@@ -266,13 +337,20 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	return res, nil
 }
 
+// lockedWriter collects the serial console and runs after (under the lock)
+// once each chunk is stored.
 type lockedWriter struct {
-	mu *sync.Mutex
-	w  io.Writer
+	mu    *sync.Mutex
+	w     *bytes.Buffer
+	after func(*bytes.Buffer)
 }
 
 func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.w.Write(p)
+	n, err := l.w.Write(p)
+	if l.after != nil {
+		l.after(l.w)
+	}
+	return n, err
 }
