@@ -347,7 +347,12 @@ func (e *Emulator) State() State {
 		Shards:            []ShardSessions{},
 		Identifies:        append([]IdentifyRecord{}, e.identifies...),
 		Violations:        append([]Violation{}, e.violations...),
+		AckSuppressed:     []int{},
 	}
+	for id := range e.noAck {
+		st.AckSuppressed = append(st.AckSuppressed, id)
+	}
+	sort.Ints(st.AckSuppressed)
 	for _, si := range e.sessionsLocked() {
 		n := len(st.Shards)
 		if n == 0 || st.Shards[n-1].Shard != si.Shard {

@@ -170,7 +170,9 @@ type State struct {
 	ResumeGatewayURL  string            `json:"resume_gateway_url"`
 	SessionStartLimit SessionStartLimit `json:"session_start_limit"`
 	TokenRevoked      bool              `json:"token_revoked"`
-	Counters          Counters          `json:"counters"`
+	// AckSuppressed lists shard IDs under a stop_ack fault, ascending.
+	AckSuppressed []int    `json:"ack_suppressed"`
+	Counters      Counters `json:"counters"`
 	// Shards lists live and resumable sessions, sorted by shard then session ID.
 	Shards []ShardSessions `json:"shards"`
 	// Identifies lists every Identify attempt in arrival order.
