@@ -70,6 +70,14 @@ A20_FAST_PORT		equ 0x92		; System Control Port A ("fast A20")
 A20_FAST_BIT		equ 1 << 1		; bit 1 = A20
 A20_RESET_BIT		equ 1 << 0		; bit 0 = fast reset: never set it
 
+A20_TEST_LOW		equ 0x0500		; scratch byte for the A20 check (config buffer, unused yet)
+KBC_DATA		equ 0x60		; 8042 keyboard controller data port
+KBC_STATUS		equ 0x64		; 8042 status register (read)
+KBC_COMMAND		equ 0x64		; 8042 command register (write)
+KBC_STATUS_INPUT_FULL	equ 1 << 1		; controller has not taken the last byte yet
+KBC_WRITE_OUTPUT	equ 0xD1		; command: next data byte goes to the output port
+KBC_OUTPUT_A20_ON	equ 0xDF		; output port: A20 on, no reset, keyboard enabled
+
 COM1			equ 0x3F8		; first serial port (16550 UART)
 UART_IER		equ 1			; interrupt enable register
 UART_FCR		equ 2			; FIFO control register
@@ -329,12 +337,7 @@ stage2_main:
 	mov [bp + mbinfo.mem_lower], ax
 	call memory_map
 
-	mov ax, A20_BIOS_ENABLE			; A20: ask the BIOS, then use port 0x92
-	int 0x15
-	in al, A20_FAST_PORT
-	or al, A20_FAST_BIT
-	and al, ~A20_RESET_BIT & 0xFF
-	out A20_FAST_PORT, al
+	call enable_a20
 
 	mov eax, [patch.config_lba]		; \DPXE.CFG into the low buffer; the
 	mov cx, [patch.config_sectors]		; zeroed byte behind it ends the text
@@ -451,6 +454,83 @@ memory_map:
 	ret
 
 ; -----------------------------------------------------------------------------
+; enable_a20 -- turn the A20 gate on: BIOS, then port 0x92, then the keyboard
+;		controller, checking after each; halts with a message if all fail
+;  IN:	nothing (run before anything is loaded at A20_TEST_LOW)
+; OUT:	AX, CX clobbered
+; -----------------------------------------------------------------------------
+enable_a20:
+	call a20_on
+	jnz .done
+	mov ax, A20_BIOS_ENABLE			; INT 15h AX=2401h
+	int 0x15
+	call a20_on
+	jnz .done
+	in al, A20_FAST_PORT			; System Control Port A
+	or al, A20_FAST_BIT
+	and al, ~A20_RESET_BIT & 0xFF
+	out A20_FAST_PORT, al
+	call a20_on
+	jnz .done
+	call kbc_wait				; 8042: write the output port with A20 set
+	mov al, KBC_WRITE_OUTPUT
+	out KBC_COMMAND, al
+	call kbc_wait
+	mov al, KBC_OUTPUT_A20_ON
+	out KBC_DATA, al
+	call kbc_wait
+	call a20_on
+	jnz .done
+	mov si, msg_no_a20
+	jmp fatal
+.done:
+	ret
+
+; -----------------------------------------------------------------------------
+; a20_on -- is the A20 gate on? (does 1 MiB + x alias x?)
+;  IN:	nothing
+; OUT:	ZF clear when A20 is on; AX clobbered; memory unchanged
+; -----------------------------------------------------------------------------
+a20_on:
+	push ds
+	push es
+	push si
+	push di
+	xor ax, ax
+	mov ds, ax
+	dec ax
+	mov es, ax				; FFFF:x = 1 MiB + x - 16
+	mov si, A20_TEST_LOW
+	mov di, A20_TEST_LOW + 16		; the same address when A20 is off
+	mov al, [si]
+	mov ah, [es:di]
+	push ax
+	mov byte [si], 0x00
+	mov byte [es:di], 0xFF
+	cmp byte [si], 0xFF			; ZF set: the write wrapped to low memory
+	pop ax
+	mov [es:di], ah				; restore both (mov leaves flags alone)
+	mov [si], al
+	pop di
+	pop si
+	pop es
+	pop ds
+	ret
+
+; -----------------------------------------------------------------------------
+; kbc_wait -- wait (bounded) until the 8042 input buffer is empty
+;  IN:	nothing
+; OUT:	CX, AL clobbered (an absent controller reads 0xFF: the bound ends it)
+; -----------------------------------------------------------------------------
+kbc_wait:
+	mov cx, 0xFFFF
+.poll:
+	in al, KBC_STATUS
+	test al, KBC_STATUS_INPUT_FULL
+	loopnz .poll
+	ret
+
+; -----------------------------------------------------------------------------
 ; load_kernel -- read kernel.bin in CHUNK_SECTORS pieces into the staging buffer
 ;  IN:	CX = sectors (1..MAX_KERNEL_SECTORS)
 ; OUT:	the kernel at STAGE_SEG:0; EAX, BX, CX, DI clobbered
@@ -523,6 +603,7 @@ DATA_SEL		equ gdt.data - gdt
 
 loader_name:	db "dpxe-mbr", 0		; Multiboot boot_loader_name; the kernel keys its boot source on it
 msg_boot:	db "dpxe-mbr: starting kernel", 13, 10, 0
+msg_no_a20:	db "dpxe-mbr: cannot enable the A20 gate", 13, 10, 0
 msg_bad_patch:	db "dpxe-mbr: loader not patched for this kernel (rebuild the image)", 13, 10, 0
 
 	times 512 + STAGE2_SECTORS * SECTOR_SIZE - ($ - $$) db 0	; fails when stage 2 outgrows STAGE2_SECTORS
