@@ -72,7 +72,7 @@ func (c *nodesClient) do(ctx context.Context, method, path string, body, out any
 }
 
 func runNodes(ctx context.Context, args []string) error {
-	fs := newFlagSet("nodes", "[flags] [add NAME | drain NAME | undrain NAME]")
+	fs := newFlagSet("nodes", "[flags] [add NAME | rotate NAME | drain NAME | undrain NAME]")
 	server := fs.String("server", "http://"+defaultListen, "controller base URL")
 	tokenFile := fs.String("token-file", "./var/"+adminTokenName, "admin token file written by `dpxe serve`")
 	dbPath := fs.String("db", "", "work on this SQLite file directly instead of a running controller (list and add only)")
@@ -83,13 +83,13 @@ func runNodes(ctx context.Context, args []string) error {
 	verb, name := "list", ""
 	switch {
 	case len(rest) == 0:
-	case len(rest) == 2 && (rest[0] == "add" || rest[0] == "drain" || rest[0] == "undrain"):
+	case len(rest) == 2 && (rest[0] == "add" || rest[0] == "rotate" || rest[0] == "drain" || rest[0] == "undrain"):
 		verb, name = rest[0], rest[1]
 		if err := appliance.ValidateNodeID(name); err != nil {
 			return fmt.Errorf("%w: %v", errUsage, err)
 		}
 	default:
-		return fmt.Errorf("%w: want no arguments, or add|drain|undrain NAME", errUsage)
+		return fmt.Errorf("%w: want no arguments, or add|rotate|drain|undrain NAME", errUsage)
 	}
 	if *dbPath != "" {
 		return nodesOffline(ctx, *dbPath, verb, name)
@@ -110,6 +110,16 @@ func runNodes(ctx context.Context, args []string) error {
 			Credential string `json:"credential"`
 		}
 		if err := c.do(ctx, "POST", "/v1/nodes", map[string]string{"node_id": name}, &out); err != nil {
+			return err
+		}
+		printCredential(out.NodeID, out.Credential)
+		return nil
+	case "rotate":
+		var out struct {
+			NodeID     string `json:"node_id"`
+			Credential string `json:"credential"`
+		}
+		if err := c.do(ctx, "POST", "/v1/nodes/"+url.PathEscape(name)+"/credential", nil, &out); err != nil {
 			return err
 		}
 		printCredential(out.NodeID, out.Credential)
@@ -148,14 +158,14 @@ func runNodes(ctx context.Context, args []string) error {
 // printCredential shows a new credential once, with the boot config
 // tokens that carry it.
 func printCredential(id, cred string) {
-	fmt.Printf("node %s created; its credential is shown only now:\n%s\nboot config: node=%s cred=%s\n", id, cred, id, cred)
+	fmt.Printf("node %s: new credential, shown only now:\n%s\nboot config: node=%s cred=%s\n", id, cred, id, cred)
 }
 
 // nodesOffline lists or adds nodes directly in a database file. A running
 // controller picks up added nodes on their first check-in.
 func nodesOffline(ctx context.Context, path, verb, name string) error {
 	if verb != "list" && verb != "add" {
-		return fmt.Errorf("%w: --db supports list and add; drain needs the running controller", errUsage)
+		return fmt.Errorf("%w: --db supports list and add; %s needs the running controller", errUsage, verb)
 	}
 	if _, err := os.Stat(path); err != nil {
 		return err

@@ -67,6 +67,8 @@ type serveConfig struct {
 	IdentifyWindow duration `json:"identify_window"`
 	SessionBudget  int      `json:"session_budget"`
 	SessionReserve int      `json:"session_reserve"`
+	// RotateAdminToken replaces the admin token at start (flag only).
+	RotateAdminToken bool `json:"-"`
 }
 
 func defaultServeConfig() serveConfig {
@@ -117,6 +119,7 @@ func parseServeFlags(args []string) (serveConfig, error) {
 	fs.DurationVar(&window, "identify-window", time.Duration(cfg.IdentifyWindow), "one Identify per bucket per window")
 	fs.IntVar(&flags.SessionBudget, "session-budget", cfg.SessionBudget, "daily session starts until PUT /v1/budget says otherwise")
 	fs.IntVar(&flags.SessionReserve, "session-reserve", cfg.SessionReserve, "session starts kept back from Identify grants")
+	rotate := fs.Bool("rotate-admin-token", false, "write a new admin token (the old one stops working)")
 	if err := parseFlags(fs, args); err != nil {
 		return cfg, err
 	}
@@ -154,6 +157,7 @@ func parseServeFlags(args []string) (serveConfig, error) {
 	if cfg.AdminTokenFile == "" {
 		cfg.AdminTokenFile = filepath.Join(filepath.Dir(cfg.DB), adminTokenName)
 	}
+	cfg.RotateAdminToken = *rotate
 	if cfg.TotalShards == 0 || cfg.MaxConcurrency == 0 {
 		err = fmt.Errorf("%w: total-shards and max-concurrency must be at least 1", errUsage)
 	}
@@ -186,7 +190,7 @@ func buildFleet(ctx context.Context, cfg serveConfig, log *slog.Logger) (*fleetA
 		st.Close()
 		return nil, err
 	}
-	hash, created, err := api.LoadOrCreateAdminToken(ctx, st, cfg.AdminTokenFile)
+	hash, created, err := api.LoadOrCreateAdminToken(ctx, st, cfg.AdminTokenFile, cfg.RotateAdminToken)
 	if err != nil {
 		st.Close()
 		return nil, err

@@ -76,6 +76,7 @@ func (s *Server) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/nodes/{id}", s.admin(s.node))
 	mux.HandleFunc("POST /v1/nodes/{id}/drain", s.admin(s.drain(true)))
 	mux.HandleFunc("POST /v1/nodes/{id}/undrain", s.admin(s.drain(false)))
+	mux.HandleFunc("POST /v1/nodes/{id}/credential", s.admin(s.rotate))
 	mux.HandleFunc("GET /v1/plan", s.admin(s.plan))
 	mux.HandleFunc("GET /v1/events", s.admin(s.events))
 	mux.HandleFunc("GET /v1/budget", s.admin(s.budget))
@@ -86,10 +87,13 @@ func (s *Server) Register(mux *http.ServeMux) {
 func HashToken(tok string) [sha256.Size]byte { return sha256.Sum256([]byte(tok)) }
 
 // LoadOrCreateAdminToken returns the admin token's hash from st. On first
-// start it creates a token, stores only its hash, and writes the token to
-// file with mode 0600; created reports that.
-func LoadOrCreateAdminToken(ctx context.Context, st *store.Store, file string) (hash [sha256.Size]byte, created bool, err error) {
+// start, or when rotate is set, it creates a token, stores only its hash,
+// and writes the token to file with mode 0600; created reports that.
+func LoadOrCreateAdminToken(ctx context.Context, st *store.Store, file string, rotate bool) (hash [sha256.Size]byte, created bool, err error) {
 	v, err := st.Setting(ctx, adminTokenSetting)
+	if rotate && err == nil {
+		err = store.ErrNotFound
+	}
 	if err == nil {
 		b, derr := hex.DecodeString(v)
 		if derr != nil || len(b) != sha256.Size {
@@ -359,6 +363,17 @@ func (s *Server) addNode(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusCreated, AddNodeResponse{NodeID: req.NodeID, Credential: cred})
+}
+
+// rotate gives a node a new credential; the old one stops working.
+func (s *Server) rotate(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	cred, err := s.c.RotateCredential(r.Context(), id)
+	if err != nil {
+		s.controllerError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, AddNodeResponse{NodeID: id, Credential: cred})
 }
 
 func (s *Server) node(w http.ResponseWriter, r *http.Request) {

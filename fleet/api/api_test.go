@@ -40,7 +40,7 @@ func newTestServer(t *testing.T, cfg controller.Config) *testServer {
 		t.Fatal(err)
 	}
 	tokFile := filepath.Join(dir, "admin.token")
-	hash, created, err := LoadOrCreateAdminToken(ctx, st, tokFile)
+	hash, created, err := LoadOrCreateAdminToken(ctx, st, tokFile, false)
 	if err != nil || !created {
 		t.Fatalf("admin token: %v %v", created, err)
 	}
@@ -48,10 +48,15 @@ func newTestServer(t *testing.T, cfg controller.Config) *testServer {
 	if fi.Mode().Perm() != 0o600 {
 		t.Fatalf("token file mode %v", fi.Mode())
 	}
-	tok, _ := os.ReadFile(tokFile)
-	if h2, created2, _ := LoadOrCreateAdminToken(ctx, st, tokFile); created2 || h2 != hash {
+	if h2, created2, _ := LoadOrCreateAdminToken(ctx, st, tokFile, false); created2 || h2 != hash {
 		t.Fatal("second start made a new admin token")
 	}
+	other := filepath.Join(dir, "rotated.token")
+	if h3, created3, _ := LoadOrCreateAdminToken(ctx, st, other, true); !created3 || h3 == hash {
+		t.Fatal("rotation kept the old admin token")
+	}
+	hash, _, _ = LoadOrCreateAdminToken(ctx, st, tokFile, true)
+	tok, _ := os.ReadFile(tokFile)
 	mux := http.NewServeMux()
 	New(ctrl, hash, nil).Register(mux)
 	srv := httptest.NewServer(mux)
@@ -222,6 +227,19 @@ func TestAPIOperatorEndpoints(t *testing.T) {
 	}
 	if code := s.call("PUT", "/v1/budget", s.admin, `{"total":1000,"extra":1}`, nil); code != 400 {
 		t.Fatalf("budget unknown field %d", code)
+	}
+	var rot AddNodeResponse
+	if code := s.call("POST", "/v1/nodes/n1/credential", s.admin, "", &rot); code != 200 || rot.Credential == "" || rot.Credential == cred {
+		t.Fatalf("rotate %d %+v", code, rot)
+	}
+	if code := s.call("POST", "/v1/checkin", cred, `{"node_id":"n1","capacity":4}`, nil); code != 401 {
+		t.Fatalf("old credential after rotation: %d", code)
+	}
+	if code := s.call("POST", "/v1/checkin", rot.Credential, `{"node_id":"n1","capacity":4}`, nil); code != 200 {
+		t.Fatalf("new credential: %d", code)
+	}
+	if code := s.call("POST", "/v1/nodes/zz/credential", s.admin, "", nil); code != 404 {
+		t.Fatalf("rotate unknown: %d", code)
 	}
 	var nodes struct{ Nodes []controller.NodeView }
 	if code := s.call("GET", "/v1/nodes", s.admin, "", &nodes); code != 200 || len(nodes.Nodes) != 1 {
