@@ -48,6 +48,8 @@ type helperConfig struct {
 	Controller string
 	DB         string
 	RetrySec   int
+	TFTPOff    bool // no TFTP listener (a peer serves TFTP)
+	Quiet      bool // log at Info, not Debug (benchmarks)
 }
 
 // TestNetbootHelperProcess is not a test: the netboot e2e tests run this
@@ -79,7 +81,11 @@ func openDB(path string) (*sql.DB, error) {
 }
 
 func runHelper(hc helperConfig) error {
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	level := slog.LevelDebug
+	if hc.Quiet {
+		level = slog.LevelInfo
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	db, err := openDB(hc.DB)
 	if err != nil {
 		return err
@@ -96,6 +102,9 @@ func runHelper(hc helperConfig) error {
 		Interface: hc.Interface, ServerIP: netip.MustParseAddr(hc.ServerIP),
 		HTTPAddr: hc.HTTPAddr, BootDir: hc.BootDir, IPXEDir: hc.IPXEDir,
 		Controller: hc.Controller, ScriptRetry: time.Duration(hc.RetrySec) * time.Second, Log: log,
+	}
+	if hc.TFTPOff {
+		cfg.TFTPAddr = "off"
 	}
 	if hc.Mode != "" {
 		if cfg.DHCP.Mode, err = dhcp.ParseMode(hc.Mode); err != nil {
@@ -139,7 +148,7 @@ func runHelper(hc helperConfig) error {
 // shard kernel. It looks in $DPXE_OUT, then in the repository's out/; when
 // neither has one, it writes a placeholder, and the tests then check the
 // boot up to the kernel download only.
-func netbootKernel(t *testing.T) (string, bool) {
+func netbootKernel(t testing.TB) (string, bool) {
 	t.Helper()
 	var dirs []string
 	if d := os.Getenv("DPXE_OUT"); d != "" {
@@ -167,7 +176,7 @@ var subnetSeq atomic.Int32
 
 // bootEnv is one namespace with a netboot server.
 type bootEnv struct {
-	t        *testing.T
+	t        testing.TB
 	ns       *netns.NS
 	serverIP netip.Addr
 	prefix   netip.Prefix
@@ -177,6 +186,7 @@ type bootEnv struct {
 	real     bool // kernel is the shard kernel
 	logs     *syncBuffer
 	bootDir  string
+	pool     string
 }
 
 type syncBuffer struct {
@@ -200,7 +210,13 @@ const controllerURL = "http://10.77.0.1:8081"
 // newBootEnv creates the namespace and, unless mode is "none", starts the
 // netboot server in it. mode is "proxy", "authoritative" or "off" (TFTP
 // and HTTP only).
-func newBootEnv(t *testing.T, mode string) *bootEnv {
+func newBootEnv(t testing.TB, mode string) *bootEnv {
+	t.Helper()
+	return newBootEnvWith(t, mode, func(*helperConfig) {})
+}
+
+// newBootEnvWith is newBootEnv with a hook to adjust the server's config.
+func newBootEnvWith(t testing.TB, mode string, adjust func(*helperConfig)) *bootEnv {
 	t.Helper()
 	if err := netns.Available(); err != nil {
 		t.Skipf("netboot e2e needs root and /dev/net/tun: %v", err)
@@ -245,11 +261,12 @@ func newBootEnv(t *testing.T, mode string) *bootEnv {
 	case "proxy":
 		hc.Mode = mode
 	}
+	adjust(&hc)
 	e.startHelper(hc)
 	return e
 }
 
-func copyFile(t *testing.T, from, to string) {
+func copyFile(t testing.TB, from, to string) {
 	t.Helper()
 	b, err := os.ReadFile(from)
 	if err != nil {
@@ -261,6 +278,7 @@ func copyFile(t *testing.T, from, to string) {
 }
 
 func (e *bootEnv) startHelper(hc helperConfig) {
+	e.pool = hc.Pool
 	t := e.t
 	raw, _ := json.Marshal(hc)
 	exe, err := os.Executable()
@@ -470,4 +488,19 @@ func (e *bootEnv) waitBooted(n *node, id string, timeout time.Duration) time.Dur
 		}
 		return false
 	})
+}
+
+// addClientLink adds a veth pair with one end (name) for a client and the
+// other on the bridge.
+func (e *bootEnv) addClientLink(ctx context.Context, name, mac string) {
+	e.t.Helper()
+	for _, args := range [][]string{
+		{"link", "add", name, "type", "veth", "peer", "name", name + "p"},
+		{"link", "set", name + "p", "master", e.ns.Bridge, "up"},
+		{"link", "set", name, "address", mac, "up"},
+	} {
+		if _, err := e.ns.Run(ctx, "ip", args...); err != nil {
+			e.t.Fatal(err)
+		}
+	}
 }

@@ -188,18 +188,7 @@ func TestNetbootIndependentClients(t *testing.T) {
 	dir := t.TempDir()
 
 	t.Run("udhcpc", func(t *testing.T) {
-		// A veth pair on the bridge gives udhcpc its own interface.
-		if _, err := e.ns.Run(ctx, "ip", "link", "add", "cl0", "type", "veth", "peer", "name", "cl0p"); err != nil {
-			t.Fatal(err)
-		}
-		for _, args := range [][]string{
-			{"link", "set", "cl0p", "master", e.ns.Bridge, "up"},
-			{"link", "set", "cl0", "address", "02:00:00:00:00:c1", "up"},
-		} {
-			if _, err := e.ns.Run(ctx, "ip", args...); err != nil {
-				t.Fatal(err)
-			}
-		}
+		e.addClientLink(ctx, "cl0", "02:00:00:00:00:c1")
 		script := filepath.Join(dir, "udhcpc.sh")
 		os.WriteFile(script, []byte("#!/bin/sh\n[ \"$1\" = bound ] && echo \"BOUND ip=$ip mask=$mask router=$router lease=$lease\"\nexit 0\n"), 0o755)
 		out, err := e.ns.Run(ctx, "busybox", "udhcpc", "-f", "-q", "-n", "-t", "5", "-T", "1", "-i", "cl0", "-s", script)

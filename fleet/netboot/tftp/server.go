@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"strconv"
 	"sync"
 	"time"
 
@@ -162,7 +163,35 @@ func (s *Server) frontend(p []byte, from netip.AddrPort) (req []byte, code uint1
 		return nil, ErrCodeAccessViolation, "access violation"
 	}
 	r.Options = s.Limits.Negotiate(r)
+	s.fitWindow(r)
 	return r.Marshal(), 0, ""
+}
+
+// fitWindow lowers a negotiated windowsize to the number of blocks the file
+// has: a larger window gains nothing, and the engine allocates buffers in
+// proportion to it for every transfer.
+func (s *Server) fitWindow(r Request) {
+	w, hasW := r.Option(OptWindowsize)
+	win, _ := strconv.Atoi(w)
+	if !hasW || win <= 1 {
+		return
+	}
+	blk := 512
+	if v, ok := r.Option(OptBlksize); ok {
+		blk, _ = strconv.Atoi(v)
+	}
+	f, size, err := s.Roots.Open(r.Filename)
+	if err != nil {
+		return // the engine answers with the error
+	}
+	f.Close()
+	if blocks := int(size/int64(blk)) + 1; blocks < win {
+		for i := range r.Options {
+			if r.Options[i].Name == OptWindowsize {
+				r.Options[i].Value = strconv.Itoa(blocks)
+			}
+		}
+	}
 }
 
 // serveRead is the engine's read handler.

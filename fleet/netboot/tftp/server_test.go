@@ -180,6 +180,15 @@ func TestOptionClamping(t *testing.T) {
 	}
 }
 
+func TestWindowFitsFile(t *testing.T) {
+	addr, root, _ := startServer(t, true)
+	os.WriteFile(filepath.Join(root, "small.bin"), make([]byte, 10*1468+1), 0o644)
+	p := exchange(t, addr, rrq("small.bin", "octet", "blksize", "1468", "windowsize", "64"))
+	if binary.BigEndian.Uint16(p) != OpOACK || !bytes.Contains(p, []byte("windowsize\x0011\x00")) {
+		t.Fatalf("OACK %q: want windowsize 11 for an 11-block file", p)
+	}
+}
+
 func TestDownloads(t *testing.T) {
 	for _, frontend := range []bool{true, false} {
 		t.Run("frontend="+strconv.FormatBool(frontend), func(t *testing.T) {
