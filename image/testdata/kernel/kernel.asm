@@ -7,7 +7,7 @@
 ; ImageBase = 0x100000). Its 32-bit Multiboot entry reports what the boot
 ; loader handed over on COM1 and exits QEMU through isa-debug-exit:
 ;
-;   fixture: magic=ok loader=<name> cmdline=<text> mmap=<n> upper=<KiB>
+;   fixture: magic=ok loader=<name> cmdline=<text> mmap=<n> upper=<KiB> drive=<n>
 ;
 ; then writes EXIT_PASS to port 0xF4 (QEMU exit status 33), or EXIT_FAIL when
 ; EAX did not hold the Multiboot magic. Its EFI entry returns EFI_UNSUPPORTED.
@@ -137,6 +137,11 @@ mb_entry:
 	call puts
 	mov eax, [ebx + 8]
 	call put_dec
+	mov esi, VA(s_drive)
+	call puts
+	mov eax, [ebx + 12]			; boot_device: BIOS drive in bits 31..24
+	shr eax, 24
+	call put_dec
 	mov esi, VA(s_end)
 	call puts
 	jmp .exit
@@ -222,6 +227,7 @@ s_loader:	db " loader=", 0
 s_cmdline:	db " cmdline=", 0
 s_mmap:		db " mmap=", 0
 s_upper:	db " upper=", 0
+s_drive:	db " drive=", 0
 s_end:		db 13, 10, 0
 s_bad:		db "fixture: bad multiboot magic", 13, 10, 0
 s_version:	db KERNEL_VERSION, 0
