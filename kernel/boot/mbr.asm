@@ -52,7 +52,7 @@ MBI_NO_PARTITION	equ 0x00FFFFFF		; boot_device part1..3 = 0xFF: the whole disk
 
 E820_SMAP		equ 0x534D4150		; 'SMAP', ACPI spec 15.1 (INT 15h E820h)
 E820_FUNC		equ 0xE820		; query system address map
-E820_ENTRY_LEN		equ 20			; base, length, type: the Multiboot record body
+E820_ENTRY_LEN		equ e820_size		; base, length, type: the Multiboot record body
 E820_TYPE_RAM		equ 1			; usable RAM
 MMAP_RECORD_LEN		equ 24			; Multiboot mmap record: size field + 20 bytes
 ONE_MIB			equ 0x100000		; mem_upper counts RAM from here
@@ -139,6 +139,12 @@ struc mbinfo				; Multiboot v1 spec 3.3 "Boot information format"
 	.config_table:		resd 1
 	.boot_loader_name:	resd 1
 	.apm_table:		resd 1
+endstruc
+
+struc e820				; ACPI 6.5 §15.1 address range descriptor (20-byte form)
+	.base:			resq 1
+	.length:		resq 1
+	.type:			resd 1
 endstruc
 
 struc dap				; EDD 3.0 disk address packet (built on the stack)
@@ -421,20 +427,20 @@ memory_map:
 	jc .done				; carry: past the end (or no E820 at all)
 	cmp eax, E820_SMAP
 	jne .done
-	cmp dword [di + 8], 0			; skip empty records (ACPI spec allows them)
+	cmp dword [di + e820.length], 0		; skip empty records (ACPI spec allows them)
 	jne .keep
-	cmp dword [di + 12], 0
+	cmp dword [di + e820.length + 4], 0
 	je .skip
 .keep:
 	mov dword [di - 4], E820_ENTRY_LEN	; Multiboot's size excludes the size field
-	cmp dword [di], ONE_MIB			; the RAM region at 1 MiB gives mem_upper
+	cmp dword [di + e820.base], ONE_MIB	; the RAM region at 1 MiB gives mem_upper
 	jne .advance
-	cmp dword [di + 4], 0
+	cmp dword [di + e820.base + 4], 0
 	jne .advance
-	cmp dword [di + 16], E820_TYPE_RAM
+	cmp dword [di + e820.type], E820_TYPE_RAM
 	jne .advance
-	mov eax, [di + 8]			; length in KiB, capped at 4 GiB
-	mov edx, [di + 12]
+	mov eax, [di + e820.length]		; length in KiB, capped at 4 GiB
+	mov edx, [di + e820.length + 4]
 	shrd eax, edx, 10
 	test edx, 0xFFFFFC00
 	jz .upper
