@@ -119,12 +119,8 @@ var (
 )
 
 // KVMUsable reports whether /dev/kvm can be opened for reading and writing.
-// Set DPXE_TCG=1 to force software emulation everywhere.
 func KVMUsable() bool {
 	kvmOnce.Do(func() {
-		if os.Getenv("DPXE_TCG") == "1" {
-			return
-		}
 		f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
 		if err == nil {
 			f.Close()
@@ -134,15 +130,13 @@ func KVMUsable() bool {
 	return kvmOK
 }
 
-// useKVM decides the accelerator. OVMF runs under TCG unless
-// DPXE_OVMF_KVM=1: on nested KVM (this project's CI machines) OVMF's early
-// code stops with "KVM internal error ... emulation failure", while the
-// SeaBIOS paths run fine under KVM.
+// useKVM decides the accelerator: TCG unless DPXE_KVM=1 and /dev/kvm
+// works. Measured on this project's machines, which run KVM nested: OVMF
+// stops early with "KVM internal error ... emulation failure", and every
+// port I/O the kernel does (the serial console) is a slow nested exit, so
+// the SeaBIOS self-test run takes 25 s under KVM against 0.3 s under TCG.
 func useKVM(o Options) bool {
-	if o.NoKVM || !KVMUsable() {
-		return false
-	}
-	return o.Firmware != OVMF || os.Getenv("DPXE_OVMF_KVM") == "1"
+	return !o.NoKVM && os.Getenv("DPXE_KVM") == "1" && KVMUsable()
 }
 
 // Accelerator names the accelerator a run with o would use.

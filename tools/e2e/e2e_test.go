@@ -1,0 +1,48 @@
+// Package e2e holds the end-to-end tests: the shard kernel booted in QEMU on
+// every firmware path, netboot inside network namespaces, and the whole
+// system together. They need the built images; `make test` builds them
+// once into $DPXE_OUT and every test here shares that one build.
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/discord-pxe/dpxe/image"
+	"github.com/discord-pxe/dpxe/kernel"
+)
+
+var (
+	imagesOnce sync.Once
+	imagesDir  string
+	imagesErr  error
+)
+
+// outDir returns a directory holding kernel.bin, usb.img and the netboot
+// tree: $DPXE_OUT when it has them (make test), else one build made by
+// this test process in a temporary directory and shared by every test.
+func outDir(t testing.TB) string {
+	t.Helper()
+	imagesOnce.Do(func() {
+		if d := os.Getenv("DPXE_OUT"); d != "" {
+			if _, err := os.Stat(filepath.Join(d, image.KernelFile)); err == nil {
+				imagesDir = d
+				return
+			}
+		}
+		dir, err := os.MkdirTemp("", "dpxe-e2e-images-")
+		if err != nil {
+			imagesErr = err
+			return
+		}
+		_, imagesErr = image.Build(context.Background(), image.Options{Sources: kernel.Sources, OutDir: dir})
+		imagesDir = dir
+	})
+	if imagesErr != nil {
+		t.Fatalf("building images: %v", imagesErr)
+	}
+	return imagesDir
+}
