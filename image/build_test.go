@@ -166,7 +166,7 @@ func TestBuildRefusesBadKernel(t *testing.T) {
 		}}, ErrBaseMismatch, "ImageBase"},
 		{"nasm error", map[string]func(string) string{"kernel.asm": func(s string) string {
 			return s + "\n\tbogus_instruction eax\n"
-		}}, nil, "kernel.asm:245: error: parser: instruction expected"},
+		}}, nil, "error: parser: instruction expected"},
 		{"no version", map[string]func(string) string{"version.inc": func(string) string { return "; nothing\n" }}, ErrNoVersion, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
