@@ -120,6 +120,11 @@ func parseServeFlags(args []string) (serveConfig, error) {
 	fs.IntVar(&flags.SessionBudget, "session-budget", cfg.SessionBudget, "daily session starts until PUT /v1/budget says otherwise")
 	fs.IntVar(&flags.SessionReserve, "session-reserve", cfg.SessionReserve, "session starts kept back from Identify grants")
 	rotate := fs.Bool("rotate-admin-token", false, "write a new admin token (the old one stops working)")
+	for _, p := range serveParts {
+		if p.flags != nil {
+			p.flags(fs)
+		}
+	}
 	if err := parseFlags(fs, args); err != nil {
 		return cfg, err
 	}
@@ -176,7 +181,26 @@ type fleetApp struct {
 	store      *store.Store
 	controller *controller.Controller
 	mux        *http.ServeMux
+	cfg        serveConfig
+	// adminHash is the stored hash of the operator token (for parts that
+	// log operators in, such as the dashboard).
+	adminHash [32]byte
 }
+
+// servePart is an optional piece of `dpxe serve` that lives in its own file
+// (serve_web.go, serve_netboot.go) and registers itself from init: it adds
+// its flags, then attaches to the assembled fleet. The run function it
+// returns, if any, runs until ctx ends; its error stops the server.
+type servePart struct {
+	name   string
+	flags  func(fs *flag.FlagSet)
+	attach func(ctx context.Context, app *fleetApp, log *slog.Logger) (run func(ctx context.Context) error, err error)
+}
+
+var serveParts []servePart
+
+// registerServePart adds a part; parts attach in registration order.
+func registerServePart(p servePart) { serveParts = append(serveParts, p) }
 
 // buildFleet opens the store, loads the controller, makes sure an admin
 // token exists, and mounts the API on a new mux.
@@ -202,7 +226,22 @@ func buildFleet(ctx context.Context, cfg serveConfig, log *slog.Logger) (*fleetA
 	}
 	mux := http.NewServeMux()
 	api.New(ctrl, hash, log.With("part", "api")).Register(mux)
-	return &fleetApp{store: st, controller: ctrl, mux: mux}, nil
+	return &fleetApp{store: st, controller: ctrl, mux: mux, cfg: cfg, adminHash: hash}, nil
+}
+
+// attachParts attaches every registered part and returns their run functions.
+func attachParts(ctx context.Context, app *fleetApp, log *slog.Logger) ([]func(context.Context) error, error) {
+	var runs []func(context.Context) error
+	for _, p := range serveParts {
+		run, err := p.attach(ctx, app, log.With("part", p.name))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", p.name, err)
+		}
+		if run != nil {
+			runs = append(runs, run)
+		}
+	}
+	return runs, nil
 }
 
 func runServe(ctx context.Context, args []string) error {
@@ -216,6 +255,10 @@ func runServe(ctx context.Context, args []string) error {
 		return err
 	}
 	defer app.store.Close()
+	partRuns, err := attachParts(ctx, app, log)
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return err
@@ -231,8 +274,18 @@ func runServe(ctx context.Context, args []string) error {
 	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
 	runDone := make(chan error, 1)
 	go func() { runDone <- app.controller.Run(runCtx, flushEvery) }()
-	serveErr := make(chan error, 1)
+	serveErr := make(chan error, 1+len(partRuns))
 	go func() { serveErr <- srv.Serve(ln) }()
+	partCtx, stopParts := context.WithCancel(context.WithoutCancel(ctx))
+	partsDone := make(chan struct{}, len(partRuns))
+	for _, run := range partRuns {
+		go func() {
+			if err := run(partCtx); err != nil && partCtx.Err() == nil {
+				serveErr <- err
+			}
+			partsDone <- struct{}{}
+		}()
+	}
 	log.Info("listening", "addr", ln.Addr().String(), "db", cfg.DB, "total_shards", cfg.TotalShards,
 		"max_concurrency", cfg.MaxConcurrency, "lease", time.Duration(cfg.Lease))
 
@@ -246,6 +299,10 @@ func runServe(ctx context.Context, args []string) error {
 	defer cancel()
 	if serr := srv.Shutdown(shutCtx); serr != nil {
 		log.Warn("shutdown", "err", serr)
+	}
+	stopParts()
+	for range partRuns {
+		<-partsDone
 	}
 	stopRun()
 	if ferr := <-runDone; ferr != nil {
