@@ -20,6 +20,9 @@ import (
 // writeTimeout bounds one frame write to a slow or dead client.
 const writeTimeout = 5 * time.Second
 
+// smallFrame is the size up to which a write has no timeout of its own.
+const smallFrame = 128
+
 // maxDrain is how much of an oversize message is read and discarded before
 // the 4002 close, so the close handshake is not stuck behind it.
 const maxDrain = 1 << 20
@@ -183,7 +186,10 @@ func (c *conn) readLoop() {
 	e := c.e
 	buf := make([]byte, MaxPayloadBytes+1)
 	for {
-		typ, r, err := c.ws.Reader(e.baseCtx)
+		// No context deadline: Close and closeWith end blocked reads by
+		// closing the connection, and a cancellable context would cost a
+		// callback registration per message.
+		typ, r, err := c.ws.Reader(context.Background())
 		if err != nil {
 			c.clientGone(err)
 			return
@@ -287,15 +293,20 @@ func (c *conn) heartbeat(d json.RawMessage) {
 	dl := e.opts.HeartbeatInterval + e.opts.HeartbeatGrace
 	c.hbDeadline.Store(time.Now().Add(dl).UnixNano())
 	c.hbTimer.Reset(dl)
-	e.mu.Lock()
-	suppressed := c.shard != nil && e.noAck[c.shard[0]]
-	e.mu.Unlock()
-	if suppressed {
-		return
+	if e.noAckCount.Load() > 0 { // a stop_ack fault is active somewhere
+		e.mu.Lock()
+		suppressed := c.shard != nil && e.noAck[c.shard[0]]
+		e.mu.Unlock()
+		if suppressed {
+			return
+		}
 	}
 	e.counters.acks.Add(1)
-	c.writeOp(OpHeartbeatACK, nil)
+	c.write(ackFrame, false)
 }
+
+// ackFrame is the constant Heartbeat ACK payload.
+var ackFrame = []byte(`{"op":11,"d":null,"s":null,"t":null}`)
 
 // requestHeartbeat sends op 1 and shortens the deadline to the grace period.
 func (c *conn) requestHeartbeat() {
@@ -479,8 +490,14 @@ func (c *conn) writeDispatch(frame []byte) { c.write(frame, c.compressD.Load()) 
 func (c *conn) write(frame []byte, payloadZlib bool) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	ctx, cancel := context.WithTimeout(c.e.baseCtx, writeTimeout)
-	defer cancel()
+	ctx := context.Background()
+	if len(frame) > smallFrame {
+		// Small frames (Hello, ACK, op 7/9) fit the socket buffer of any
+		// live peer; only larger ones get a timer against stuck clients.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(c.e.baseCtx, writeTimeout)
+		defer cancel()
+	}
 	var err error
 	switch {
 	case c.zlibTx:

@@ -63,6 +63,7 @@ type Emulator struct {
 	started    map[int]*startTracker            // num_shards → shards ever identified
 	budget     budgetState
 	noAck      map[int]bool // shard IDs whose heartbeats are not ACKed
+	noAckCount atomic.Int32 // len(noAck), read without e.mu on every heartbeat
 	helloDelay time.Duration
 	helloCount int // connections left to delay; -1 = all
 	identifies []IdentifyRecord

@@ -125,6 +125,7 @@ func (e *Emulator) Inject(f Fault) (int, error) {
 		} else {
 			delete(e.noAck, *f.Shard)
 		}
+		e.noAckCount.Store(int32(len(e.noAck)))
 		e.notifyLocked()
 		e.mu.Unlock()
 		return 1, nil
