@@ -79,7 +79,6 @@ KBC_WRITE_OUTPUT	equ 0xD1		; command: next data byte goes to the output port
 KBC_OUTPUT_A20_ON	equ 0xDF		; output port: A20 on, no reset, keyboard enabled
 
 COM1			equ 0x3F8		; first serial port (16550 UART)
-UART_IER		equ 1			; interrupt enable register
 UART_FCR		equ 2			; FIFO control register
 UART_LCR		equ 3			; line control register
 UART_LSR		equ 5			; line status register
@@ -190,12 +189,12 @@ stage1:
 .drive_ok:
 	mov [drive], dl
 
-	mov si, msg_hello			; "dpxe-mbr: loading"
-	call print
+	call serial_init			; first, so every message reaches COM1 readably
+	mov si, msg_loading			; "dpxe-mbr: loading"
+	call say
 
 	mov ah, EDD_CHECK			; LBA reads need the INT 13h extensions
-	mov bx, EDD_CHECK_SIG
-	mov dl, [drive]
+	mov bx, EDD_CHECK_SIG			; (DL = drive: serial_init and say keep it)
 	int 0x13
 	jc .no_edd
 	cmp bx, EDD_CHECK_REPLY
@@ -219,12 +218,12 @@ stage1:
 	; fall through to fatal
 
 ; -----------------------------------------------------------------------------
-; fatal -- print a message and halt for good (no reboot loop)
-;  IN:	SI = NUL-terminated message
+; fatal -- say a message and halt for good (no reboot loop)
+;  IN:	SI = NUL-terminated message (without the "dpxe-mbr: " prefix)
 ; OUT:	does not return
 ; -----------------------------------------------------------------------------
 fatal:
-	call print
+	call say
 .halt:
 	cli
 	hlt
@@ -263,6 +262,18 @@ disk_read:
 	ret
 
 ; -----------------------------------------------------------------------------
+; say -- print "dpxe-mbr: " and a message
+;  IN:	SI = NUL-terminated message
+; OUT:	SI past the NUL; preserves other registers
+; -----------------------------------------------------------------------------
+say:
+	push si
+	mov si, msg_prefix
+	call print
+	pop si
+	; fall through to print
+
+; -----------------------------------------------------------------------------
 ; print -- write a string on the screen (INT 10h) and on COM1
 ;  IN:	SI = NUL-terminated string
 ; OUT:	SI past the NUL; preserves other registers
@@ -292,10 +303,36 @@ print:
 	popa
 	ret
 
-msg_hello:	db "dpxe-mbr: loading", 13, 10, 0
-msg_no_edd:	db "dpxe-mbr: BIOS lacks INT 13h extensions", 13, 10, 0
-msg_read_err:	db "dpxe-mbr: disk read error", 13, 10, 0
-msg_no_stage2:	db "dpxe-mbr: stage 2 missing", 13, 10, 0
+; -----------------------------------------------------------------------------
+; serial_init -- COM1 at 115200 8N1 with FIFOs, as the kernel programs it
+;  IN:	nothing
+; OUT:	AL clobbered; preserves DX
+; -----------------------------------------------------------------------------
+serial_init:
+	push dx
+	mov dx, COM1 + UART_LCR
+	mov al, UART_LCR_DLAB
+	out dx, al
+	mov dl, COM1 & 0xFF			; divisor latch, low byte
+	mov al, UART_DIV_115200
+	out dx, al
+	inc dx					; divisor latch, high byte
+	xor al, al
+	out dx, al
+	mov dl, (COM1 + UART_LCR) & 0xFF
+	mov al, UART_LCR_8N1
+	out dx, al
+	mov dl, (COM1 + UART_FCR) & 0xFF
+	mov al, UART_FCR_ENABLE
+	out dx, al
+	pop dx
+	ret
+
+msg_prefix:	db "dpxe-mbr: ", 0
+msg_loading:	db "loading", 13, 10, 0
+msg_no_edd:	db "BIOS lacks INT 13h extensions", 13, 10, 0
+msg_read_err:	db "disk read error", 13, 10, 0
+msg_no_stage2:	db "stage 2 missing", 13, 10, 0
 drive:		db 0x80				; boot drive, set at run time
 
 	times PATCH_OFFSET - ($ - $$) db 0	; fails to assemble when stage 1 is too big
@@ -331,8 +368,6 @@ stage2:
 ; OUT:	does not return
 ; -----------------------------------------------------------------------------
 stage2_main:
-	call serial_init
-
 	mov di, ZERO_START			; clear info record and memory map
 	mov cx, ZERO_WORDS
 	xor ax, ax
@@ -376,7 +411,7 @@ stage2_main:
 	mov dword [bp + mbinfo.boot_loader_name], loader_name
 
 	mov si, msg_boot
-	call print
+	call say
 
 	call protect
 	jmp CODE_SEL:pm_entry
@@ -384,32 +419,6 @@ stage2_main:
 .bad_patch:
 	mov si, msg_bad_patch
 	jmp fatal
-
-; -----------------------------------------------------------------------------
-; serial_init -- COM1 at 115200 8N1 with FIFOs, as the kernel programs it
-;  IN:	nothing
-; OUT:	AX, DX clobbered
-; -----------------------------------------------------------------------------
-serial_init:
-	mov dx, COM1 + UART_IER
-	xor al, al				; no UART interrupts
-	out dx, al
-	mov dl, (COM1 + UART_LCR) & 0xFF
-	mov al, UART_LCR_DLAB
-	out dx, al
-	mov dl, COM1 & 0xFF			; divisor latch, low byte
-	mov al, UART_DIV_115200
-	out dx, al
-	inc dx					; divisor latch, high byte
-	xor al, al
-	out dx, al
-	mov dl, (COM1 + UART_LCR) & 0xFF
-	mov al, UART_LCR_8N1
-	out dx, al
-	mov dl, (COM1 + UART_FCR) & 0xFF
-	mov al, UART_FCR_ENABLE
-	out dx, al
-	ret
 
 ; -----------------------------------------------------------------------------
 ; memory_map -- E820 records into Multiboot mmap records; mem_upper from them
@@ -608,9 +617,9 @@ CODE_SEL		equ gdt.code - gdt
 DATA_SEL		equ gdt.data - gdt
 
 loader_name:	db "dpxe-mbr", 0		; Multiboot boot_loader_name; the kernel keys its boot source on it
-msg_boot:	db "dpxe-mbr: starting kernel", 13, 10, 0
-msg_no_a20:	db "dpxe-mbr: cannot enable the A20 gate", 13, 10, 0
-msg_bad_patch:	db "dpxe-mbr: loader not patched for this kernel (rebuild the image)", 13, 10, 0
+msg_boot:	db "starting kernel", 13, 10, 0
+msg_no_a20:	db "cannot enable the A20 gate", 13, 10, 0
+msg_bad_patch:	db "loader not patched for this kernel (rebuild the image)", 13, 10, 0
 
 	times 512 + STAGE2_SECTORS * SECTOR_SIZE - ($ - $$) db 0	; fails when stage 2 outgrows STAGE2_SECTORS
 
