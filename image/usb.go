@@ -92,11 +92,15 @@ func sourceDateEpoch() int64 {
 // WriteUSBImage writes a hybrid BIOS/UEFI image to path (replacing it): an
 // MBR with our loader and one active FAT32 partition of type 0xEF holding
 // \EFI\BOOT\BOOTX64.EFI and \DPXE.CFG, plus kernel.bin and stage 2 of the
-// loader in the MBR gap. config is DPXE.CFG's content (exactly 4096 bytes).
+// loader in the MBR gap. config is DPXE.CFG's content: exactly 4096 bytes
+// that parse as a boot config (RenderConfig or ConfigTemplate).
 // Two calls with the same inputs write the same bytes.
 func WriteUSBImage(path string, k *Kernel, loader *mbrloader.Loader, config []byte) (*USBLayout, error) {
 	if len(config) != appliance.MaxBootConfigLen {
 		return nil, fmt.Errorf("usb image: DPXE.CFG must be %d bytes, got %d", appliance.MaxBootConfigLen, len(config))
+	}
+	if _, err := appliance.ParseBootConfig(config); err != nil {
+		return nil, fmt.Errorf("usb image: DPXE.CFG: %w", err)
 	}
 	lp := loader.Patch()
 	patch := lp
