@@ -35,18 +35,33 @@ const (
 
 // Errors returned by Parse; each is wrapped with the offending values.
 var (
-	ErrTruncated    = errors.New("pe: file too short for its headers")
-	ErrNoMZ         = errors.New("pe: no MZ signature at offset 0")
-	ErrLfanew       = errors.New("pe: e_lfanew points outside the file")
-	ErrNoPE         = errors.New(`pe: no "PE\0\0" signature at e_lfanew`)
-	ErrMachine      = errors.New("pe: machine is not AMD64 (0x8664)")
-	ErrNotPE32Plus  = errors.New("pe: optional header is not PE32+ (magic 0x20B)")
-	ErrSubsystem    = errors.New("pe: subsystem is not EFI application (10)")
-	ErrAlignment    = errors.New("pe: SectionAlignment and FileAlignment must both be 0x1000")
-	ErrSection      = errors.New("pe: section outside the file or not at file offset == RVA")
-	ErrEntry        = errors.New("pe: entry point not inside an executable section")
-	ErrNoReloc      = errors.New("pe: no base relocation directory")
-	ErrRelocBlock   = errors.New("pe: malformed base relocation block")
+	// ErrTruncated means the file ends inside a header or table.
+	ErrTruncated = errors.New("pe: file too short for its headers")
+	// ErrNoMZ means the file does not start with the MS-DOS signature.
+	ErrNoMZ = errors.New("pe: no MZ signature at offset 0")
+	// ErrLfanew means e_lfanew points into the DOS header or past the file.
+	ErrLfanew = errors.New("pe: e_lfanew points outside the file")
+	// ErrNoPE means no PE signature where e_lfanew points.
+	ErrNoPE = errors.New(`pe: no "PE\0\0" signature at e_lfanew`)
+	// ErrMachine means the image is not for x86-64.
+	ErrMachine = errors.New("pe: machine is not AMD64 (0x8664)")
+	// ErrNotPE32Plus means a 32-bit (PE32) or unknown optional header.
+	ErrNotPE32Plus = errors.New("pe: optional header is not PE32+ (magic 0x20B)")
+	// ErrSubsystem means the firmware would not start it as an application.
+	ErrSubsystem = errors.New("pe: subsystem is not EFI application (10)")
+	// ErrAlignment means file offsets could differ from RVAs.
+	ErrAlignment = errors.New("pe: SectionAlignment and FileAlignment must both be 0x1000")
+	// ErrSection means a section the loader could not map with offset == RVA.
+	ErrSection = errors.New("pe: section outside the file or not at file offset == RVA")
+	// ErrEntry means AddressOfEntryPoint is not in code.
+	ErrEntry = errors.New("pe: entry point not inside an executable section")
+	// ErrNoReloc means there is no base relocation directory: a firmware
+	// that loads the image away from ImageBase would have nothing to apply.
+	ErrNoReloc = errors.New("pe: no base relocation directory")
+	// ErrRelocBlock means the relocation table is malformed.
+	ErrRelocBlock = errors.New("pe: malformed base relocation block")
+	// ErrOptionalSize means SizeOfOptionalHeader disagrees with the
+	// number of data directories.
 	ErrOptionalSize = errors.New("pe: SizeOfOptionalHeader does not fit the data directories")
 )
 
