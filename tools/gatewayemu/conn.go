@@ -45,7 +45,6 @@ type conn struct {
 	version  int
 	onResume bool // connected to resume_gateway_url
 	zlibTx   bool // compress=zlib-stream
-	opened   time.Time
 
 	wmu       sync.Mutex // serialises frames (and the zlib stream)
 	zbuf      bytes.Buffer
@@ -95,7 +94,6 @@ func (e *Emulator) serveGateway(w http.ResponseWriter, r *http.Request) {
 		id:       e.connSeq.Add(1),
 		ws:       ws,
 		onResume: path == ResumePath,
-		opened:   e.opts.Now(),
 	}
 	e.counters.connections.Add(1)
 	e.counters.open.Add(1)
