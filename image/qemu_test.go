@@ -143,6 +143,7 @@ func TestQEMUBootBIOS(t *testing.T) {
 		"fixture: magic=ok loader=dpxe-mbr cmdline=# Discord-PXE node boot config",
 		"|node=qemu-node-1|controller=http://10.0.2.2:8080|",
 		" drive=128\r\n",
+		"fixture: pattern=ok\r\n", // 160 KiB read in several 64-sector chunks, byte exact
 	} {
 		if !strings.Contains(r.serial, want) {
 			t.Errorf("serial output lacks %q:\n%s", want, r.serial)
@@ -152,6 +153,23 @@ func TestQEMUBootBIOS(t *testing.T) {
 		t.Errorf("no memory map or mem_upper handed over:\n%s", r.serial)
 	}
 	t.Logf("QEMU start to fixture exit: %v", time.Since(start))
+}
+
+// TestQEMUBIOSFullConfig fills all 4096 bytes of DPXE.CFG with text: the
+// loader must still hand over a NUL-terminated command line of exactly that.
+func TestQEMUBIOSFullConfig(t *testing.T) {
+	path := imageCopy(t)
+	raw := []byte("node=full-cfg\n#")
+	raw = append(raw, bytes.Repeat([]byte("x"), 4096-len(raw)-1)...)
+	raw = append(raw, '\n')
+	if err := WriteUSBConfig(path, raw); err != nil {
+		t.Fatal(err)
+	}
+	r := bootBIOS(t, path, "")
+	want := "cmdline=node=full-cfg|#" + strings.Repeat("x", 4096-len("node=full-cfg\n#")-1) + "| mmap="
+	if r.code != qemuExitPass || !strings.Contains(r.serial, want) {
+		t.Fatalf("QEMU exit status %d; serial output lacks the 4096-byte command line:\n%s", r.code, r.serial)
+	}
 }
 
 // TestQEMUBIOSLoaderFailures breaks the image in ways the MBR loader must

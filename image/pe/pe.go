@@ -232,6 +232,8 @@ func Parse(b []byte) (*Image, error) {
 		switch {
 		case sh.PointerToRawData != sh.VirtualAddress:
 			return nil, fmt.Errorf("%w: %q at file offset %#x but RVA %#x", ErrSection, s.Name, sh.PointerToRawData, sh.VirtualAddress)
+		case sh.SizeOfRawData%PageSize != 0:
+			return nil, fmt.Errorf("%w: %q SizeOfRawData %#x is not a multiple of FileAlignment", ErrSection, s.Name, sh.SizeOfRawData)
 		case sh.VirtualAddress%PageSize != 0 || sh.VirtualAddress < oh.SizeOfHeaders:
 			return nil, fmt.Errorf("%w: %q at RVA %#x (headers end at %#x, alignment %#x)", ErrSection, s.Name, sh.VirtualAddress, oh.SizeOfHeaders, PageSize)
 		case uint64(sh.PointerToRawData)+uint64(sh.SizeOfRawData) > uint64(len(b)):

@@ -106,6 +106,7 @@ func TestParseRejects(t *testing.T) {
 		{name: "no sections", mod: func(s *spec) { s.fh.NumberOfSections = 0; s.secs = nil }, want: ErrSection},
 		{name: "offset != RVA", mod: func(s *spec) { s.secs[0].PointerToRawData = 0x400 }, want: ErrSection},
 		{name: "section past file", mod: func(s *spec) { s.secs[1].SizeOfRawData = 0x2000 }, want: ErrSection},
+		{name: "raw size not aligned", mod: func(s *spec) { s.secs[0].SizeOfRawData = 0x100 }, want: ErrSection},
 		{name: "section past SizeOfImage", mod: func(s *spec) { s.oh.SizeOfImage = 0x2800 }, want: ErrSection},
 		{name: "section in headers", mod: func(s *spec) {
 			s.secs[0].VirtualAddress, s.secs[0].PointerToRawData = 0, 0

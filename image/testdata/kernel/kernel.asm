@@ -8,6 +8,7 @@
 ; loader handed over on COM1 and exits QEMU through isa-debug-exit:
 ;
 ;   fixture: magic=ok loader=<name> cmdline=<text> mmap=<n> upper=<KiB> drive=<n>
+;   fixture: pattern=ok (or pattern=bad@<dword index>)
 ;
 ; then writes EXIT_PASS to port 0xF4 (QEMU exit status 33), or EXIT_FAIL when
 ; EAX did not hold the Multiboot magic. Its EFI entry returns EFI_UNSUPPORTED.
@@ -27,6 +28,8 @@ PE_SUBSYSTEM_EFI_APP	equ 10			; IMAGE_SUBSYSTEM_EFI_APPLICATION
 PE_DIRS			equ 16
 SCN_TEXT		equ 0x60000020		; CNT_CODE | MEM_EXECUTE | MEM_READ
 SCN_RELOC		equ 0x42000040		; CNT_INITIALIZED_DATA | MEM_DISCARDABLE | MEM_READ
+PATTERN_DWORDS		equ 40960		; 160 KiB: the loader must read it in several chunks
+PATTERN_MUL		equ 0x9E3779B1		; dword i of the pattern is i * PATTERN_MUL
 
 MB_MAGIC		equ 0x1BADB002		; Multiboot v1 spec 3.1.2
 MB_FLAGS		equ 0x00010002		; MEMINFO | AOUT_KLUDGE
@@ -81,11 +84,11 @@ opt:
 	times PE_DIRS - 6 dq 0
 opt_end:
 	db ".text", 0, 0, 0
-	dd text_end - text, RVA(text), text_end - text, RVA(text), 0, 0
+	dd text_end - text, RVA(text), reloc - text, RVA(text), 0, 0
 	dw 0, 0
 	dd SCN_TEXT
 	db ".reloc", 0, 0
-	dd reloc_end - reloc, RVA(reloc), reloc_end - reloc, RVA(reloc), 0, 0
+	dd reloc_end - reloc, RVA(reloc), image_end - reloc, RVA(reloc), 0, 0
 	dw 0, 0
 	dd SCN_RELOC
 
@@ -144,6 +147,7 @@ mb_entry:
 	call put_dec
 	mov esi, VA(s_end)
 	call puts
+	call check_pattern
 	jmp .exit
 .fail:
 	mov esi, VA(s_bad)
@@ -155,6 +159,33 @@ mb_entry:
 	cli
 	hlt
 	jmp .halt
+
+; check_pattern: verify the 160 KiB pattern at the end of .text, dword by
+; dword, and report on COM1; EDI = EXIT_FAIL when it differs
+check_pattern:
+	mov esi, VA(s_pattern)
+	call puts
+	xor ecx, ecx
+.next:
+	mov eax, ecx
+	imul eax, eax, PATTERN_MUL
+	cmp eax, [VA(pattern) + ecx * 4]
+	jne .bad
+	inc ecx
+	cmp ecx, PATTERN_DWORDS
+	jb .next
+	mov esi, VA(s_ok)
+	call puts
+	ret
+.bad:
+	mov edi, EXIT_FAIL
+	mov esi, VA(s_bad_at)
+	call puts
+	mov eax, ecx
+	call put_dec
+	mov esi, VA(s_end)
+	call puts
+	ret
 
 ; puts: ESI = NUL-terminated string -> COM1
 puts:
@@ -231,19 +262,29 @@ s_drive:	db " drive=", 0
 s_end:		db 13, 10, 0
 s_bad:		db "fixture: bad multiboot magic", 13, 10, 0
 s_version:	db KERNEL_VERSION, 0
+s_pattern:	db "fixture: pattern=", 0
+s_ok:		db "ok", 13, 10, 0
+s_bad_at:	db "bad@", 0
 	align 16
 stack:		times 256 db 0
 stack_top:
+	align 4
+pattern:
+%assign i 0
+%rep PATTERN_DWORDS
+	dd (i * PATTERN_MUL) & 0xFFFFFFFF
+%assign i i + 1
+%endrep
 text_end:
 
 ; --- .reloc: one block of padding entries (nothing to fix up) -----------------
-	times 2 * SECTION_ALIGN - ($ - $$) db 0
+	align SECTION_ALIGN, db 0
 reloc:
 	dd RVA(text)				; page RVA
 	dd 12					; block size: header + two entries
 	dw 0, 0					; IMAGE_REL_BASED_ABSOLUTE (padding)
 reloc_end:
-	times 3 * SECTION_ALIGN - ($ - $$) db 0
+	align SECTION_ALIGN, db 0
 image_end:
 
 ; EOF
