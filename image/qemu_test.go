@@ -143,7 +143,7 @@ func TestQEMUBootBIOS(t *testing.T) {
 		"fixture: magic=ok loader=dpxe-mbr cmdline=# Discord-PXE node boot config",
 		"|node=qemu-node-1|controller=http://10.0.2.2:8080|",
 		" drive=128\r\n",
-		"fixture: pattern=ok\r\n", // 160 KiB read in several 64-sector chunks, byte exact
+		"fixture: pattern=ok\r\n", // 96 KiB of the kernel read in several 64-sector chunks, byte exact
 	} {
 		if !strings.Contains(r.serial, want) {
 			t.Errorf("serial output lacks %q:\n%s", want, r.serial)

@@ -28,7 +28,7 @@ PE_SUBSYSTEM_EFI_APP	equ 10			; IMAGE_SUBSYSTEM_EFI_APPLICATION
 PE_DIRS			equ 16
 SCN_TEXT		equ 0x60000020		; CNT_CODE | MEM_EXECUTE | MEM_READ
 SCN_RELOC		equ 0x42000040		; CNT_INITIALIZED_DATA | MEM_DISCARDABLE | MEM_READ
-PATTERN_DWORDS		equ 40960		; 160 KiB: the loader must read it in several chunks
+PATTERN_DWORDS		equ 24576		; 96 KiB: the loader must read it in several chunks
 PATTERN_MUL		equ 0x9E3779B1		; dword i of the pattern is i * PATTERN_MUL
 
 MB_MAGIC		equ 0x1BADB002		; Multiboot v1 spec 3.1.2
@@ -160,7 +160,7 @@ mb_entry:
 	hlt
 	jmp .halt
 
-; check_pattern: verify the 160 KiB pattern at the end of .text, dword by
+; check_pattern: verify the 96 KiB pattern at the end of .text, dword by
 ; dword, and report on COM1; EDI = EXIT_FAIL when it differs
 check_pattern:
 	mov esi, VA(s_pattern)
