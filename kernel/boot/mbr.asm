@@ -5,8 +5,9 @@
 ; It has two parts, assembled into one file (nasm -f bin -o mbr.bin mbr.asm):
 ;
 ;   bytes 0..439	stage 1, the boot code of the master boot record. The BIOS
-;			loads it to 0000:7C00. It checks the boot drive and the
-;			INT 13h extensions and reads stage 2.
+;			loads it to 0000:7C00. It repairs a bogus boot drive
+;			number, programs COM1, checks the INT 13h extensions
+;			and reads stage 2.
 ;   bytes 512..		stage 2, STAGE2_SECTORS sectors that the image builder
 ;			writes at STAGE2_LBA, the last sectors of the "MBR gap"
 ;			before the first partition. Stage 1 loads them to 0000:7E00,
@@ -17,8 +18,9 @@
 ; and a loader that collects the memory map, reads the config and the kernel,
 ; prints its progress and fails with a message does not fit in them.
 ;
-; Stage 2 reads kernel.bin from the MBR gap (kernel_lba, normally LBA 1) into a
-; staging buffer at 0x10000, reads the node config file \DPXE.CFG of the FAT32
+; Stage 2 collects the E820 memory map, turns A20 on, reads kernel.bin (at
+; most 512 KiB) from the MBR gap (kernel_lba, normally LBA 1) into a staging
+; buffer at 0x10000, reads the node config file \DPXE.CFG of the FAT32
 ; partition by LBA, builds a Multiboot information record, enters flat 32-bit
 ; protected mode, copies the kernel to its load_addr and jumps to its entry.
 ;
