@@ -147,7 +147,8 @@ func Start(ctx context.Context, addr string, opts Options) (*Emulator, error) {
 }
 
 // Serve serves the gateway, the REST routes and the debug routes on ln until
-// Close. It returns ErrClosed after Close.
+// Close. It returns ErrClosed after Close. The URL methods report ln's
+// address only once Serve has started; Start sets them before returning.
 func (e *Emulator) Serve(ln net.Listener) error {
 	e.mu.Lock()
 	if e.closed {

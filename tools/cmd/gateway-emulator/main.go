@@ -102,16 +102,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
 	cfg.opts.Logger = log
-	e, err := gatewayemu.New(cfg.opts)
+	e, err := gatewayemu.Start(ctx, cfg.listen, cfg.opts)
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", cfg.listen)
-	if err != nil {
-		return fmt.Errorf("listen %s: %w", cfg.listen, err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- e.Serve(ln) }()
 	defer e.Close()
 
 	if cfg.caOut != "" {
@@ -136,12 +130,8 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 			}
 		}()
 	}
-	select {
-	case <-ctx.Done():
-		return nil
-	case err := <-served:
-		return err
-	}
+	<-ctx.Done()
+	return nil
 }
 
 func main() {
