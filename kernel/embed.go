@@ -17,5 +17,6 @@ var Sources embed.FS
 // Root is the file to assemble for kernel.bin.
 const Root = "kernel.asm"
 
-// MBRLoader is the file to assemble for the 440-byte BIOS MBR loader.
+// MBRLoader is the file to assemble for the BIOS loader: a 440-byte MBR
+// stage and a second stage that the image pipeline places before the ESP.
 const MBRLoader = "boot/mbr.asm"
