@@ -365,8 +365,8 @@ func TestHeartbeat(t *testing.T) {
 func TestServerHeartbeatRequest(t *testing.T) {
 	t.Parallel()
 	o := fastOptions()
-	o.HeartbeatInterval = 10 * time.Second
-	o.HeartbeatGrace = 300 * time.Millisecond
+	o.HeartbeatInterval = 30 * time.Second
+	o.HeartbeatGrace = 2 * time.Second // the client must answer op 1 within this
 	emu := startEmu(t, o)
 	c := connect(t, emu)
 	c.identify(emu, 0, 1)
