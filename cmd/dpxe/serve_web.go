@@ -1,0 +1,46 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"log/slog"
+	"time"
+
+	"github.com/discord-pxe/dpxe/web"
+)
+
+// webFlags are the dashboard's flags of `dpxe serve`.
+var webFlags struct {
+	off       bool
+	liveEvery time.Duration
+}
+
+// dashboardNetboot is set by the netboot part when it attaches before the
+// dashboard; nil leaves the dashboard's netboot sections in their "not
+// enabled" state.
+var dashboardNetboot web.Netboot
+
+func init() {
+	registerServePart(servePart{
+		name: "web",
+		flags: func(fs *flag.FlagSet) {
+			fs.BoolVar(&webFlags.off, "no-dashboard", false, "do not serve the web dashboard at /")
+			fs.DurationVar(&webFlags.liveEvery, "dashboard-live", web.DefaultLiveEvery, "how often open dashboard pages get live updates")
+		},
+		attach: attachWeb,
+	})
+}
+
+// attachWeb mounts the dashboard on the fleet's mux and returns its
+// live-update loop.
+func attachWeb(_ context.Context, app *fleetApp, log *slog.Logger) (func(context.Context) error, error) {
+	if webFlags.off {
+		log.Info("dashboard disabled")
+		return nil, nil
+	}
+	s := web.New(web.Config{Controller: app.controller, Store: app.store, AdminHash: app.adminHash,
+		Netboot: dashboardNetboot, Log: log, LiveEvery: webFlags.liveEvery})
+	s.Register(app.mux)
+	log.Info("dashboard at / (log in with the admin token or the dashboard password)")
+	return s.Run, nil
+}

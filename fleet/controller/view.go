@@ -1,0 +1,222 @@
+package controller
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/discord-pxe/dpxe/appliance"
+	"github.com/discord-pxe/dpxe/fleet/store"
+)
+
+// This file holds read-only views for the web dashboard: the whole shard
+// map in one pass, recent Identify activity, and a filtered audit log.
+
+// ShardCell is the dashboard's state of one global shard.
+type ShardCell uint8
+
+// Shard map states, ordered from least to most in need of attention
+// (CellUnowned aside): an aggregated cell shows the highest it contains.
+const (
+	CellReady    ShardCell = iota // its owner reports READY
+	CellAssigned                  // held by its owner, no per-shard status (or ASSIGNED)
+	CellStarting                  // its owner reports STARTING
+	CellPending                   // in a node's range, not yet held by it (hand-off)
+	CellBackoff                   // its owner reports BACKOFF
+	CellFatal                     // its owner reports FATAL
+	CellUnowned                   // in no live node's range
+	NumCells
+)
+
+// ShardGroup is one node's contiguous range in the shard map.
+type ShardGroup struct {
+	NodeID   string
+	Start    uint32
+	Count    uint32
+	Draining bool
+}
+
+// ShardMapView is every shard's state at one instant, with the plan's
+// ranges. Cells has one entry per shard.
+type ShardMapView struct {
+	Generation uint64
+	Total      uint32
+	Groups     []ShardGroup // in shard order; shards outside them are unowned
+	Cells      []ShardCell
+}
+
+// cellOf maps a reported shard state to its cell.
+func cellOf(s appliance.ShardState) ShardCell {
+	switch s {
+	case appliance.ShardReady:
+		return CellReady
+	case appliance.ShardStarting:
+		return CellStarting
+	case appliance.ShardBackoff:
+		return CellBackoff
+	case appliance.ShardFatal:
+		return CellFatal
+	}
+	return CellAssigned
+}
+
+// ShardMap returns the state of every shard. It costs O(shards + nodes)
+// under the controller's lock.
+func (c *Controller) ShardMap() ShardMapView {
+	t := c.now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sweepLocked(t)
+	v := ShardMapView{Generation: c.gen, Total: c.cfg.TotalShards, Cells: make([]ShardCell, c.cfg.TotalShards)}
+	for i := range v.Cells {
+		v.Cells[i] = CellUnowned
+	}
+	for _, n := range c.live {
+		if n.plan.Count == 0 {
+			continue
+		}
+		v.Groups = append(v.Groups, ShardGroup{NodeID: n.id, Start: n.plan.Start, Count: n.plan.Count, Draining: n.draining})
+		for s := n.plan.Start; s < n.plan.Start+n.plan.Count; s++ {
+			if c.holder[s] == n {
+				v.Cells[s] = CellAssigned
+			} else {
+				v.Cells[s] = CellPending
+			}
+		}
+		for _, st := range n.status {
+			if st.ID < c.cfg.TotalShards && n.plan.Contains(st.ID) && c.holder[st.ID] == n {
+				v.Cells[st.ID] = cellOf(st.State)
+			}
+		}
+	}
+	return v
+}
+
+// BucketActivity is the Identify activity of one concurrency bucket.
+type BucketActivity struct {
+	Bucket    uint32
+	Granted   int       // grants since the window start
+	Refused   int       // refusal events since the window start (at most one per node per window)
+	LastGrant time.Time // the bucket's latest grant, zero if none since the controller started
+}
+
+// identifyScanLimit bounds how many recent Identify events one
+// IdentifyActivity call reads.
+const identifyScanLimit = 20000
+
+// IdentifyActivity counts Identify grants and refusals per bucket since
+// the given time, from the audit log (newest first, at most
+// identifyScanLimit events of each kind), with each bucket's latest grant.
+func (c *Controller) IdentifyActivity(ctx context.Context, since time.Time) ([]BucketActivity, error) {
+	if err := c.Flush(ctx); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	out := make([]BucketActivity, c.cfg.MaxConcurrency)
+	for i := range out {
+		out[i].Bucket = uint32(i)
+		out[i].LastGrant = c.lastGrant[i]
+	}
+	c.mu.Unlock()
+	for _, kind := range []string{EventIdentifyGranted, EventIdentifyRefused} {
+		rows, err := c.st.DB().QueryContext(ctx, `SELECT at, shard_id FROM events WHERE kind = ? ORDER BY id DESC LIMIT ?`,
+			kind, identifyScanLimit)
+		if err != nil {
+			return nil, fmt.Errorf("identify activity: %w", err)
+		}
+		err = func() error {
+			defer rows.Close()
+			for rows.Next() {
+				var at int64
+				var shard sql.NullInt64
+				if err := rows.Scan(&at, &shard); err != nil {
+					return err
+				}
+				if at < since.UnixMilli() {
+					return nil
+				}
+				if !shard.Valid {
+					continue
+				}
+				b := appliance.IdentifyBucket(uint32(shard.Int64), c.cfg.MaxConcurrency)
+				if kind == EventIdentifyGranted {
+					out[b].Granted++
+				} else {
+					out[b].Refused++
+				}
+			}
+			return rows.Err()
+		}()
+		if err != nil {
+			return nil, fmt.Errorf("identify activity: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// EventKinds lists every audit-log kind the controller writes.
+var EventKinds = []string{EventNodeFirstSeen, EventLeaseExpired, EventDrain, EventUndrain, EventPlanChanged,
+	EventIdentifyGranted, EventIdentifyRefused, EventNodeAdded, EventControllerStart, EventBudgetConfigured}
+
+// EventFilter selects audit-log entries for EventLog. Empty fields match
+// everything.
+type EventFilter struct {
+	NodeID string
+	Kind   string
+	Before int64 // only entries with a smaller ID; 0 for the newest
+	Limit  int   // 1..1000
+}
+
+// EventLog flushes pending writes and returns the newest audit-log entries
+// that match f, newest first.
+func (c *Controller) EventLog(ctx context.Context, f EventFilter) ([]store.Event, error) {
+	if f.Limit < 1 || f.Limit > 1000 {
+		return nil, fmt.Errorf("%w: event limit %d out of range 1..1000", ErrConfig, f.Limit)
+	}
+	if err := c.Flush(ctx); err != nil {
+		return nil, err
+	}
+	var where []string
+	var args []any
+	if f.NodeID != "" {
+		where = append(where, "node_id = ?")
+		args = append(args, f.NodeID)
+	}
+	if f.Kind != "" {
+		where = append(where, "kind = ?")
+		args = append(args, f.Kind)
+	}
+	if f.Before > 0 {
+		where = append(where, "id < ?")
+		args = append(args, f.Before)
+	}
+	q := `SELECT id, at, kind, node_id, shard_id, detail FROM events`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += " ORDER BY id DESC LIMIT ?"
+	args = append(args, f.Limit)
+	rows, err := c.st.DB().QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("event log: %w", err)
+	}
+	defer rows.Close()
+	out := []store.Event{}
+	for rows.Next() {
+		var e store.Event
+		var at int64
+		var shard sql.NullInt64
+		if err := rows.Scan(&e.ID, &at, &e.Kind, &e.NodeID, &shard, &e.Detail); err != nil {
+			return nil, fmt.Errorf("event log: %w", err)
+		}
+		e.At = time.UnixMilli(at).UTC()
+		if shard.Valid {
+			v := uint32(shard.Int64)
+			e.ShardID = &v
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,308 @@
+package web
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/a-h/templ"
+
+	"github.com/discord-pxe/dpxe/templates"
+	"github.com/discord-pxe/dpxe/web/view"
+)
+
+// Live updates: every open page subscribes to a topic (fleet, nodes in
+// one sort order, one node). Once per LiveEvery the hub renders each topic
+// that has subscribers once, with the same components as the page, and
+// sends each subscriber the parts whose HTML changed, as one server-sent
+// event:
+//
+//	event: update
+//	data: {"now":1732900000000,"parts":{"totals":"<section id=\"totals\"…"}}
+//
+// The page script replaces the element with that ID. A slow subscriber
+// never blocks the others: parts wait in its pending set, newer ones
+// replacing older ones.
+
+// Stream parameters.
+const (
+	liveKeepalive     = 15 * time.Second
+	liveWriteDeadline = 10 * time.Second
+	maxSubscribers    = 500
+)
+
+// subscriber is one open page.
+type subscriber struct {
+	mu      sync.Mutex
+	pending map[string][]byte // part ID → JSON-encoded HTML
+	notify  chan struct{}
+}
+
+func (sub *subscriber) offer(parts map[string][]byte) {
+	sub.mu.Lock()
+	for k, v := range parts {
+		sub.pending[k] = v
+	}
+	sub.mu.Unlock()
+	select {
+	case sub.notify <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the pending parts as one event payload, or nil.
+func (sub *subscriber) take(now time.Time) []byte {
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	if len(sub.pending) == 0 {
+		return nil
+	}
+	var b bytes.Buffer
+	b.WriteString(`{"now":`)
+	b.WriteString(strconv.FormatInt(now.UnixMilli(), 10))
+	b.WriteString(`,"parts":{`)
+	first := true
+	for k, v := range sub.pending {
+		if !first {
+			b.WriteByte(',')
+		}
+		first = false
+		b.WriteString(strconv.Quote(k))
+		b.WriteByte(':')
+		b.Write(v)
+	}
+	b.WriteString("}}")
+	clear(sub.pending)
+	return b.Bytes()
+}
+
+// topic is one kind of live page with its subscribers.
+type topic struct {
+	subs map[*subscriber]struct{}
+	last map[string][]byte // last parts sent
+}
+
+// hub renders topics and fans parts out to subscribers.
+type hub struct {
+	s      *Server
+	mu     sync.Mutex
+	topics map[string]*topic
+	count  int
+}
+
+func newHub(s *Server) *hub { return &hub{s: s, topics: map[string]*topic{}} }
+
+// errTooMany is returned when maxSubscribers streams are open.
+var errTooMany = fmt.Errorf("more than %d live pages are open", maxSubscribers)
+
+// subscribe adds a subscriber to key; it first receives the topic's last
+// parts, if any.
+func (h *hub) subscribe(key string) (*subscriber, func(), error) {
+	sub := &subscriber{pending: map[string][]byte{}, notify: make(chan struct{}, 1)}
+	h.mu.Lock()
+	if h.count >= maxSubscribers {
+		h.mu.Unlock()
+		return nil, nil, errTooMany
+	}
+	t := h.topics[key]
+	if t == nil {
+		t = &topic{subs: map[*subscriber]struct{}{}}
+		h.topics[key] = t
+	}
+	t.subs[sub] = struct{}{}
+	h.count++
+	last := t.last
+	h.mu.Unlock()
+	if last != nil {
+		sub.offer(last)
+	}
+	return sub, func() {
+		h.mu.Lock()
+		if _, ok := t.subs[sub]; ok {
+			delete(t.subs, sub)
+			h.count--
+		}
+		if len(t.subs) == 0 && h.topics[key] == t {
+			delete(h.topics, key)
+		}
+		h.mu.Unlock()
+	}, nil
+}
+
+// run publishes every period until ctx ends.
+func (h *hub) run(ctx context.Context, every time.Duration) error {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			h.publish(ctx)
+		}
+	}
+}
+
+// publish renders every topic with subscribers once and offers the
+// changed parts to its subscribers.
+func (h *hub) publish(ctx context.Context) {
+	h.mu.Lock()
+	keys := make([]string, 0, len(h.topics))
+	for k := range h.topics {
+		keys = append(keys, k)
+	}
+	h.mu.Unlock()
+	for _, key := range keys {
+		parts, err := h.s.renderTopic(ctx, key)
+		if err != nil {
+			h.s.log.Warn("dashboard: live update", "topic", key, "err", err)
+			continue
+		}
+		h.mu.Lock()
+		t := h.topics[key]
+		if t == nil {
+			h.mu.Unlock()
+			continue
+		}
+		changed := map[string][]byte{}
+		for id, v := range parts {
+			if !bytes.Equal(t.last[id], v) {
+				changed[id] = v
+			}
+		}
+		t.last = parts
+		subs := make([]*subscriber, 0, len(t.subs))
+		for sub := range t.subs {
+			subs = append(subs, sub)
+		}
+		h.mu.Unlock()
+		if len(changed) == 0 {
+			continue
+		}
+		for _, sub := range subs {
+			sub.offer(changed)
+		}
+	}
+}
+
+// topicKey validates a /live query and returns its topic key.
+func topicKey(q url.Values) (string, bool) {
+	switch q.Get("topic") {
+	case "fleet":
+		return "fleet", true
+	case "nodes":
+		key, desc := sortKey(q)
+		return "nodes\x00" + key + "\x00" + strconv.FormatBool(desc), true
+	case "node":
+		if id := q.Get("id"); id != "" {
+			return "node\x00" + id, true
+		}
+	}
+	return "", false
+}
+
+// renderTopic renders a topic's parts, each JSON-encoded.
+func (s *Server) renderTopic(ctx context.Context, key string) (map[string][]byte, error) {
+	comps := map[string]templ.Component{}
+	p := view.Page{LoggedIn: true}
+	kind, rest, _ := bytes.Cut([]byte(key), []byte{0})
+	switch string(kind) {
+	case "fleet":
+		v := s.fleetView(ctx, p)
+		comps["totals"] = templates.TotalsPanel(v.Totals)
+		comps["budget"] = templates.BudgetPanel(v.Budget)
+		comps["identify"] = templates.IdentifyPanel(v.Identify)
+		comps["shardmap"] = templates.ShardMapPanel(v.Map)
+	case "nodes":
+		sk, dir, _ := bytes.Cut(rest, []byte{0})
+		rows, _ := s.nodeRows(ctx, string(sk), string(dir) == "true")
+		comps["node-rows"] = templates.NodeRows(rows)
+	case "node":
+		v, err := s.nodeView(ctx, p, string(rest), false)
+		if err != nil {
+			return nil, err
+		}
+		comps["node-summary"] = templates.NodeSummary(v)
+		comps["node-shards"] = templates.NodeShards(v)
+	default:
+		return nil, fmt.Errorf("unknown topic %q", key)
+	}
+	out := make(map[string][]byte, len(comps))
+	var buf bytes.Buffer
+	for id, c := range comps {
+		buf.Reset()
+		if err := c.Render(ctx, &buf); err != nil {
+			return nil, err
+		}
+		enc, err := json.Marshal(buf.String())
+		if err != nil {
+			return nil, err
+		}
+		out[id] = enc
+	}
+	return out, nil
+}
+
+// live streams a topic's updates as server-sent events.
+func (s *Server) live(w http.ResponseWriter, r *http.Request) {
+	key, ok := topicKey(r.URL.Query())
+	if !ok {
+		http.Error(w, "live: topic must be fleet, nodes, or node with id", http.StatusBadRequest)
+		return
+	}
+	sub, cancel, err := s.hub.subscribe(key)
+	if err != nil {
+		http.Error(w, "live: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	defer cancel()
+	rc := http.NewResponseController(w)
+	// The stream outlives the server's read timeout, whose expiry would
+	// cancel the request: lift it (writes get their own deadline below).
+	_ = rc.SetReadDeadline(time.Time{})
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	write := func(b []byte) bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(liveWriteDeadline))
+		if _, err := w.Write(b); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	if !write([]byte("retry: 3000\n\n")) {
+		return
+	}
+	keep := time.NewTicker(liveKeepalive)
+	defer keep.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-keep.C:
+			if !write([]byte(": keepalive\n\n")) {
+				return
+			}
+		case <-sub.notify:
+			payload := sub.take(s.cfg.Now())
+			if payload == nil {
+				continue
+			}
+			msg := make([]byte, 0, len(payload)+32)
+			msg = append(msg, "event: update\ndata: "...)
+			msg = append(msg, payload...)
+			msg = append(msg, "\n\n"...)
+			if !write(msg) {
+				return
+			}
+		}
+	}
+}

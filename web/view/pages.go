@@ -1,0 +1,249 @@
+package view
+
+import "time"
+
+// Totals are the fleet's headline counts.
+type Totals struct {
+	NodesLive, NodesDraining, NodesExpired, NodesWaiting int
+	// Discovered counts MACs waiting for approval; DiscoveredKnown is false
+	// when netboot is not enabled (the count is then unknown).
+	Discovered      int
+	DiscoveredKnown bool
+	// Shard counts: the first four from the nodes' health counts, Pending
+	// and Unowned from the plan.
+	Ready, Starting, Backoff, Fatal, Pending, Unowned int
+	TotalShards                                       uint32
+	Generation                                        uint64
+	PlanChanged                                       string // "4 min ago"
+	Rebalancing                                       bool   // a membership change awaits the next rebalance
+	GraceUntil                                        string // restart grace end, "" when none
+}
+
+// Budget is the daily session-start budget.
+type Budget struct {
+	Total, Remaining, Reserve int
+	ResetIn                   string
+	Percent                   int  // remaining share, 0..100
+	Low                       bool // at or below the reserve: Identify grants stop
+}
+
+// BucketBar is one row of the Identify activity chart: one bucket, or a
+// range of buckets when there are many.
+type BucketBar struct {
+	Label            string // "bucket 3" or "buckets 0–63"
+	Granted, Refused int
+	Width            int    // bar width in percent of the busiest row
+	LastGrant        string // "12 s ago", "never"
+}
+
+// Identify is the Identify activity panel.
+type Identify struct {
+	Minutes        int // window of the counts
+	MaxConcurrency uint32
+	Bars           []BucketBar
+	Granted        int
+	Refused        int
+	Error          string // the activity could not be read
+}
+
+// MapGroup is one node's range in the shard map (or the unowned rest).
+type MapGroup struct {
+	NodeID   string // "" for shards in no live node's range
+	Href     string
+	Start    uint32
+	End      uint32 // last shard, inclusive
+	Draining bool
+	Counts   [NumStates]int
+	// Cells has one state per cell: one shard, or BlockSize shards shown
+	// by the highest state among them.
+	Cells []State
+}
+
+// ShardMap is every global shard as a cell, grouped by owning node.
+type ShardMap struct {
+	Total     uint32
+	BlockSize uint32 // shards per cell; 1 when every shard has its own
+	Groups    []MapGroup
+	Counts    [NumStates]int
+}
+
+// Fleet is the fleet overview page.
+type Fleet struct {
+	Page
+	Totals   Totals
+	Budget   Budget
+	Identify Identify
+	Map      ShardMap
+	// NoNodes shows the "how to boot one" empty state.
+	NoNodes bool
+}
+
+// NodeRow is one node in the nodes table and the head of its page.
+type NodeRow struct {
+	ID, Href string
+	// From netboot; "" when unknown (netboot off, or the node never
+	// booted over the network).
+	MAC, IP, Firmware, BootStage string
+	Address                      string // where it checked in from
+	Capacity                     uint32
+	Range                        string // "0–511", "none"
+	RangeStart, RangeCount       uint32
+	Ready, Starting, Backoff     int
+	Fatal, Pending               int
+	Status                       string // live, draining, expired, waiting
+	Live, Draining               bool
+	Lease                        Countdown
+	LastCheckin                  string // "3 s ago"
+	LastCheckinAt                time.Time
+}
+
+// Column is a sortable column of the nodes table.
+type Column struct {
+	Key, Label, Href string
+	// Sort is the aria-sort value: "ascending", "descending" or "none".
+	Sort string
+}
+
+// Nodes is the nodes table page.
+type Nodes struct {
+	Page
+	Columns []Column
+	Rows    []NodeRow
+	Netboot bool // netboot is enabled (MAC, IP, firmware, boot stage columns have data)
+}
+
+// ShardRow is one shard of a node.
+type ShardRow struct {
+	ID         uint32
+	State      State
+	Reported   string // the state as the node reported it, "" when not reported
+	SeqValid   bool
+	Acks       uint32
+	Misses     uint32
+	Reconnects uint32
+	LastError  string
+	CloseCode  uint16
+	CloseText  string // meaning of CloseCode, "" when none
+}
+
+// BootStep is one step of a boot timeline.
+type BootStep struct {
+	At     string
+	Stage  string
+	Detail string
+	Failed bool
+}
+
+// Boot is a node's netboot section: DHCP lease and boot timeline.
+type Boot struct {
+	Enabled  bool
+	Reason   string // why there is nothing to show
+	MAC      string
+	Firmware string
+	LeaseIP  string
+	LeaseEnd string // "in 40 min", "" without a lease
+	Steps    []BootStep
+}
+
+// EventRow is one audit-log entry.
+type EventRow struct {
+	ID     int64
+	At     string
+	Ago    string
+	Kind   string
+	NodeID string
+	Shard  string
+	Detail string
+}
+
+// Node is one node's page.
+type Node struct {
+	Page
+	Row        NodeRow
+	Generation uint64 // the plan's current generation
+	AckedGen   uint64
+	Held       string // ranges text of the shards it may run
+	StatusAt   string
+	Shards     []ShardRow
+	Counts     [NumStates]int
+	Boot       Boot
+	Events     []EventRow
+}
+
+// Move is where some of a drained node's shards go.
+type Move struct {
+	To    string
+	Range string
+	Count uint32
+}
+
+// DrainConfirm asks the operator to confirm a drain or undrain.
+type DrainConfirm struct {
+	Page
+	NodeID   string
+	Drain    bool // true: drain; false: undrain
+	Range    string
+	Count    uint32
+	Moves    []Move
+	Unplaced uint32 // shards no other node can take
+	Live     bool
+}
+
+// Route is a guild lookup answer.
+type Route struct {
+	GuildID    string
+	Shard      uint32
+	Total      uint32
+	NodeID     string // "" when no live node holds the shard
+	NodeHref   string
+	Address    string
+	Generation uint64
+}
+
+// Guild is the guild lookup page.
+type Guild struct {
+	Page
+	Query  string
+	Result *Route
+}
+
+// Events is the audit-log page.
+type Events struct {
+	Page
+	Node, Kind string
+	Kinds      []string
+	Nodes      []string
+	Rows       []EventRow
+	// Older is the link to the next page of older entries, "" at the end.
+	Older string
+}
+
+// DiscoveredRow is a MAC that asked to boot and is not approved.
+type DiscoveredRow struct {
+	MAC, Firmware, IP   string
+	FirstSeen, LastSeen string
+	Suggested           string // a node name to start from
+	Ignored             bool
+}
+
+// Discovered is the discovered-nodes page.
+type Discovered struct {
+	Page
+	Enabled bool
+	Reason  string // why approval is not possible
+	Rows    []DiscoveredRow
+}
+
+// Login is the login page.
+type Login struct {
+	Page
+	Next string // where to go after logging in
+}
+
+// Problem is a page that only explains an error.
+type Problem struct {
+	Page
+	Status  int
+	Heading string
+	Detail  string
+}
