@@ -29,6 +29,7 @@ const (
 	envInterval = "DPXE_EMU_INTERVAL" // helper: heartbeat interval
 	envMC       = "DPXE_EMU_MC"       // helper: max_concurrency
 	envGrace    = "DPXE_EMU_GRACE"    // heartbeat grace (default: the emulator default, interval/4)
+	envBeat     = "DPXE_EMU_BEAT"     // heartbeat interval of the benchmark (default 1s)
 	benchLimit  = 3 * time.Minute     // hard bound of one benchmark size
 	dialWorkers = 128                 // concurrent dials (listen backlog is 4096)
 )
@@ -98,11 +99,19 @@ func BenchmarkSessions(b *testing.B) {
 		}
 		hold = d
 	}
+	interval := time.Second
+	if s := os.Getenv(envBeat); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			b.Fatal(err)
+		}
+		interval = d
+	}
 	raiseFileLimit(b)
 	for _, n := range sizes {
 		b.Run(fmt.Sprintf("sessions=%d", n), func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
-				benchSessions(b, n, time.Second, hold)
+				benchSessions(b, n, interval, hold)
 			}
 		})
 	}
@@ -247,9 +256,11 @@ func benchSessions(b *testing.B, n int, interval, hold time.Duration) {
 	warm := time.NewTimer(interval)
 	<-warm.C
 	st0 := fetchState(b, httpURL)
+	cpu0 := readCPU(b, child.Process.Pid)
 	t0 := time.Now()
 	holdTimer := time.NewTimer(hold)
 	<-holdTimer.C
+	cpu1 := readCPU(b, child.Process.Pid)
 	st1 := fetchState(b, httpURL)
 	elapsed := time.Since(t0)
 	rss1 := readRSS(b, child.Process.Pid)
@@ -278,9 +289,11 @@ func benchSessions(b *testing.B, n int, interval, hold time.Duration) {
 	b.ReportMetric(float64(len(st1.Violations)), "violations")
 	b.ReportMetric(perSession, "rss_bytes/session")
 	b.ReportMetric(connectTime.Seconds(), "connect_s")
-	b.Logf("%d sessions: live %d, connect+identify %v, %.0f heartbeats/s, %.0f ACKs/s over %v, %d missed ACKs of %d beats, %d violations, emulator RSS %d -> %d MiB (%.1f KiB/session)",
+	cpuShare := (cpu1 - cpu0).Seconds() / elapsed.Seconds()
+	b.ReportMetric(cpuShare, "emulator_cpus")
+	b.Logf("%d sessions: live %d, connect+identify %v, %.0f heartbeats/s, %.0f ACKs/s over %v, %d missed ACKs of %d beats, %d violations, emulator RSS %d -> %d MiB (%.1f KiB/session), emulator CPU %.2f cores",
 		n, live, connectTime.Round(time.Millisecond), hbps, ackps, elapsed.Round(time.Millisecond), missed.Load(), sent.Load(),
-		len(st1.Violations), rss0>>20, rss1>>20, perSession/1024)
+		len(st1.Violations), rss0>>20, rss1>>20, perSession/1024, cpuShare)
 	kinds := map[Kind]int{}
 	for _, v := range st1.Violations {
 		kinds[v.Kind]++
@@ -335,6 +348,23 @@ func fetchState(b *testing.B, httpURL string) State {
 		b.Fatal(err)
 	}
 	return st
+}
+
+// readCPU returns a process's user+system CPU time from /proc/PID/stat.
+func readCPU(b *testing.B, pid int) time.Duration {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Fields after the ")" that ends the command name: utime is the 12th, stime the 13th.
+	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
+	if len(f) < 13 {
+		b.Fatalf("short /proc/%d/stat", pid)
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	const clockTicks = 100 // USER_HZ on Linux
+	return time.Duration(ut+st) * time.Second / clockTicks
 }
 
 // readRSS returns a process's resident set size in bytes.
