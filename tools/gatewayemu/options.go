@@ -80,7 +80,8 @@ type Options struct {
 	MessagesPerSecond float64
 	// ResumeTimeout is how long a detached session stays resumable (default 3 min).
 	ResumeTimeout time.Duration
-	// ReplayLimit is how many dispatches each session keeps for replay (default 1024).
+	// ReplayLimit is how many dispatches each session keeps at least for
+	// replay (default 1024; up to twice as many are kept between trims).
 	ReplayLimit int
 	// SendLimit and SendWindow are the client send limit (default 120 per
 	// 60 s). When HeartbeatInterval is shorter than Discord's 41.25 s and

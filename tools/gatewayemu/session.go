@@ -99,8 +99,9 @@ func (e *Emulator) dispatch(s *session, t string, d any) {
 		return
 	}
 	s.buf = append(s.buf, buffered{seq: seq, frame: frame})
-	if over := len(s.buf) - e.opts.ReplayLimit; over > 0 {
-		s.buf = append(s.buf[:0:0], s.buf[over:]...)
+	if len(s.buf) >= 2*e.opts.ReplayLimit {
+		// Trim in batches: keep the newest ReplayLimit, amortised O(1).
+		s.buf = append(make([]buffered, 0, 2*e.opts.ReplayLimit), s.buf[len(s.buf)-e.opts.ReplayLimit:]...)
 	}
 	e.counters.dispatches.Add(1)
 	if c := s.conn; c != nil && !c.draining.Load() {

@@ -534,3 +534,39 @@ func TestTLS(t *testing.T) {
 	c.identify(emu, 0, 1)
 	noViolations(t, emu)
 }
+
+func TestReplayLimit(t *testing.T) {
+	t.Parallel()
+	o := fastOptions()
+	o.ReplayLimit = 4
+	o.Guilds = 1
+	emu := startEmu(t, o)
+	c := connect(t, emu)
+	r := c.identify(emu, 0, 1) // READY s=1, GUILD_CREATE s=2
+	c.ws.Close(4000, "away")
+	awaitState(t, emu, "detached", func(s State) bool {
+		return len(s.Shards) == 1 && s.Shards[0].Sessions[0].State == SessionDetached
+	})
+	for i := 0; i < 20; i++ { // s = 3..22
+		emu.Inject(Fault{Kind: FaultDispatch, Shard: intp(0), Event: "TICK"})
+	}
+	// The newest ReplayLimit dispatches are always kept.
+	c2 := resumeOn(t, emu, ResumePath, r.SessionID, 22-4)
+	for s := int64(19); s <= 22; s++ {
+		if f := c2.expectDispatch("TICK"); *f.S != s {
+			t.Fatalf("replayed s=%d, want %d", *f.S, s)
+		}
+	}
+	c2.expectDispatch("RESUMED") // s=23
+	noViolations(t, emu)
+	// A sequence that fell out of the buffer cannot be resumed: 4007.
+	c2.ws.Close(4000, "away")
+	awaitState(t, emu, "detached", func(s State) bool {
+		return len(s.Shards) == 1 && s.Shards[0].Sessions[0].State == SessionDetached
+	})
+	c3 := resumeOn(t, emu, ResumePath, r.SessionID, 2)
+	c3.expectClose(CloseInvalidSeq)
+	if k := violationKinds(emu); len(k) != 1 || k[0] != KindInvalidSeq {
+		t.Fatalf("violations %v", k)
+	}
+}
