@@ -80,6 +80,18 @@ func (e *Emulator) serveGateway(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "this is a Discord Gateway emulator: connect with a WebSocket client", http.StatusUpgradeRequired)
 		return
 	}
+	if path == ResumePath {
+		e.mu.Lock()
+		unavailable := e.resumeUnavailable > 0
+		if unavailable {
+			e.resumeUnavailable--
+		}
+		e.mu.Unlock()
+		if unavailable {
+			http.Error(w, "resume gateway unavailable (injected fault)", http.StatusServiceUnavailable)
+			return
+		}
+	}
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{
 		InsecureSkipVerify: true, // any Origin: it is a test tool
 		CompressionMode:    websocket.CompressionDisabled,
@@ -111,6 +123,10 @@ func (e *Emulator) serveGateway(w http.ResponseWriter, r *http.Request) {
 		if e.helloCount == 0 {
 			e.helloDelay = 0
 		}
+	}
+	reconnectFirst := e.helloReconnect > 0
+	if reconnectFirst {
+		e.helloReconnect--
 	}
 	e.mu.Unlock()
 	defer c.finish()
@@ -158,6 +174,17 @@ func (e *Emulator) serveGateway(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if reconnectFirst {
+		// op 7 "even before/in place of receiving a Hello" (research §1.4).
+		c.draining.Store(true)
+		c.writeOp(OpReconnect, nil)
+		t := time.AfterFunc(e.opts.ReconnectGrace, func() {
+			c.closeWith(CloseUnknownError, "reconnect requested (op 7) and the client did not close")
+		})
+		defer t.Stop()
+		c.waitFor(e.opts.ReconnectGrace + writeTimeout)
+		return
+	}
 	interval := e.opts.HeartbeatInterval
 	c.hbTimer = time.AfterFunc(interval+e.opts.HeartbeatGrace, c.heartbeatMissed)
 	c.hbDeadline.Store(time.Now().Add(interval + e.opts.HeartbeatGrace).UnixNano())
@@ -169,8 +196,11 @@ func (e *Emulator) serveGateway(w http.ResponseWriter, r *http.Request) {
 }
 
 // wait blocks until the close handshake started by closeWith finishes.
-func (c *conn) wait() {
-	ctx, cancel := context.WithTimeout(c.e.baseCtx, writeTimeout)
+func (c *conn) wait() { c.waitFor(writeTimeout) }
+
+// waitFor reads and discards until the connection ends or d passes.
+func (c *conn) waitFor(d time.Duration) {
+	ctx, cancel := context.WithTimeout(c.e.baseCtx, d)
 	defer cancel()
 	for {
 		if _, _, err := c.ws.Read(ctx); err != nil {

@@ -65,11 +65,15 @@ type Emulator struct {
 	noAck      map[int]bool // shard IDs whose heartbeats are not ACKed
 	noAckCount atomic.Int32 // len(noAck), read without e.mu on every heartbeat
 	helloDelay time.Duration
-	helloCount int // connections left to delay; -1 = all
-	identifies []IdentifyRecord
-	violations []Violation
-	changed    chan struct{} // closed and replaced on every record change
-	closed     bool
+	helloCount int // connections left to delay; 0 = all while helloDelay > 0
+	// helloReconnect new connections get op 7 instead of Hello.
+	helloReconnect int
+	// resumeUnavailable handshakes on ResumePath are answered with HTTP 503.
+	resumeUnavailable int
+	identifies        []IdentifyRecord
+	violations        []Violation
+	changed           chan struct{} // closed and replaced on every record change
+	closed            bool
 }
 
 // budgetState is the daily session-start budget.

@@ -43,6 +43,12 @@ const (
 	// connections (Count 0: every connection until a delay_hello with
 	// DelayMS 0).
 	FaultDelayHello FaultKind = "delay_hello"
+	// FaultHelloReconnect sends op 7 instead of Hello on the next Count new
+	// connections, then closes them (4000) after ReconnectGrace.
+	FaultHelloReconnect FaultKind = "hello_reconnect"
+	// FaultResumeUnavailable answers the next Count WebSocket handshakes on
+	// resume_gateway_url with HTTP 503 (a dead resume edge, research §2.7).
+	FaultResumeUnavailable FaultKind = "resume_unavailable"
 	// FaultDispatch dispatches Event with Data to matching sessions,
 	// including detached ones (kept for replay).
 	FaultDispatch FaultKind = "dispatch"
@@ -73,7 +79,9 @@ type Fault struct {
 	Resumable bool `json:"resumable,omitempty"`
 	// DelayMS is the Hello delay of FaultDelayHello.
 	DelayMS int64 `json:"delay_ms,omitempty"`
-	// Count is the number of connections FaultDelayHello applies to.
+	// Count is the number of connections FaultDelayHello,
+	// FaultHelloReconnect and FaultResumeUnavailable apply to (0 clears the
+	// latter two).
 	Count int `json:"count,omitempty"`
 	// Event and Data are the dispatch of FaultDispatch.
 	Event string          `json:"event,omitempty"`
@@ -114,6 +122,18 @@ func (e *Emulator) Inject(f Fault) (int, error) {
 		return 1, nil
 	case FaultResetBudget:
 		e.ResetBudget()
+		return 1, nil
+	case FaultHelloReconnect, FaultResumeUnavailable:
+		if f.Count < 0 {
+			return 0, fmt.Errorf("%w: count must be >= 0", ErrBadFault)
+		}
+		e.mu.Lock()
+		if f.Kind == FaultHelloReconnect {
+			e.helloReconnect = f.Count
+		} else {
+			e.resumeUnavailable = f.Count
+		}
+		e.mu.Unlock()
 		return 1, nil
 	case FaultStopAck, FaultResumeAck:
 		if f.Shard == nil {

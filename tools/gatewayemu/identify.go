@@ -191,7 +191,7 @@ func (c *conn) admit(shard [2]int, guilds []uint64) {
 		st.lowestMiss++
 	}
 
-	s := &session{id: newSessionID(), shard: shard, guilds: guilds, created: now, stopCh: make(chan struct{})}
+	s := &session{id: newSessionID(), version: c.version, shard: shard, guilds: guilds, created: now, stopCh: make(chan struct{})}
 	rec.Outcome, rec.Session = IdentifyAccepted, s.id
 	e.identifies = append(e.identifies, rec)
 	if live := e.live[shard]; len(live) > 0 {
@@ -273,6 +273,10 @@ func (c *conn) resume(raw json.RawMessage) {
 	if !c.onResume && !c.hadSession {
 		e.violateLocked(Violation{Kind: KindResumeWrongURL, Shard: c.shard, Session: s.id, Conn: c.id,
 			Detail: "Resume sent to the main gateway URL instead of resume_gateway_url"})
+	}
+	if c.version != s.version {
+		e.violateLocked(Violation{Kind: KindResumeVersionMismatch, Shard: c.shard, Session: s.id, Conn: c.id,
+			Detail: fmt.Sprintf("Resume with v=%d of a session identified with v=%d", c.version, s.version)})
 	}
 	// A session attached elsewhere is taken over; the old connection closes.
 	s.mu.Lock()

@@ -58,6 +58,10 @@ const (
 	// KindResumeWrongURL: a Resume on the main gateway URL instead of
 	// resume_gateway_url. The Resume still succeeds, as on Discord.
 	KindResumeWrongURL Kind = "resume_wrong_url"
+	// KindResumeVersionMismatch: a Resume on a connection whose v= differs
+	// from the Identify's (Discord requires the same version and encoding).
+	// The Resume still succeeds.
+	KindResumeVersionMismatch Kind = "resume_version_mismatch"
 	// KindBudgetExhausted: an Identify after the session-start budget reached
 	// zero; every session is closed (4004) and the token is revoked.
 	KindBudgetExhausted Kind = "budget_exhausted"

@@ -19,6 +19,7 @@ const (
 // (client close 1000/1001, op 9 false, fatal close, resume timeout).
 type session struct {
 	id      string
+	version int // API version of the Identify connection
 	shard   [2]int
 	guilds  []uint64
 	created time.Time

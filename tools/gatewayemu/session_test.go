@@ -2,6 +2,7 @@ package gatewayemu
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 )
 
 // resumeOn dials url path ("/" or ResumePath) and sends Resume.
@@ -567,6 +570,64 @@ func TestReplayLimit(t *testing.T) {
 	c3 := resumeOn(t, emu, ResumePath, r.SessionID, 2)
 	c3.expectClose(CloseInvalidSeq)
 	if k := violationKinds(emu); len(k) != 1 || k[0] != KindInvalidSeq {
+		t.Fatalf("violations %v", k)
+	}
+}
+
+func TestHelloReconnectAndResumeUnavailable(t *testing.T) {
+	t.Parallel()
+	o := fastOptions()
+	o.ReconnectGrace = 100 * time.Millisecond
+	emu := startEmu(t, o)
+
+	// op 7 in place of Hello, then the server closes.
+	if _, err := emu.Inject(Fault{Kind: FaultHelloReconnect, Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	c := dial(t, emu, "/?v=10&encoding=json")
+	c.expectOp(OpReconnect)
+	c.expectClose(CloseUnknownError)
+	c2 := connect(t, emu) // count 1: the next one gets Hello
+	r := c2.identify(emu, 0, 1)
+	c2.ws.Close(4000, "away")
+	awaitState(t, emu, "detached", func(s State) bool {
+		return len(s.Shards) == 1 && s.Shards[0].Sessions[0].State == SessionDetached
+	})
+
+	// The resume URL answers 503 twice; the session stays resumable.
+	if _, err := emu.Inject(Fault{Kind: FaultResumeUnavailable, Count: 2}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		_, resp, err := websocket.Dial(ctx, emu.ResumeURL()+"?v=10&encoding=json", nil)
+		cancel()
+		if err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("dial %d: %v %v", i, resp, err)
+		}
+	}
+	c3 := resumeOn(t, emu, ResumePath, r.SessionID, c2.lastS)
+	c3.expectDispatch("RESUMED")
+	noViolations(t, emu)
+	if _, err := emu.Inject(Fault{Kind: FaultResumeUnavailable, Count: -1}); err == nil {
+		t.Fatal("negative count accepted")
+	}
+}
+
+func TestResumeVersionMismatch(t *testing.T) {
+	t.Parallel()
+	emu := startEmu(t, fastOptions())
+	c := connect(t, emu) // v=10
+	r := c.identify(emu, 0, 1)
+	c.ws.Close(4000, "away")
+	awaitState(t, emu, "detached", func(s State) bool {
+		return len(s.Shards) == 1 && s.Shards[0].Sessions[0].State == SessionDetached
+	})
+	c2 := dial(t, emu, ResumePath+"?v=9&encoding=json")
+	c2.expectOp(OpHello)
+	c2.send(OpResume, map[string]any{"token": emu.Token(), "session_id": r.SessionID, "seq": c.lastS})
+	c2.expectDispatch("RESUMED")
+	if k := violationKinds(emu); len(k) != 1 || k[0] != KindResumeVersionMismatch {
 		t.Fatalf("violations %v", k)
 	}
 }
