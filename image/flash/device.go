@@ -181,9 +181,9 @@ func (t *Target) devs() map[DevNum]string {
 	return m
 }
 
-// wholeDisks resolves a device number to the whole disks under it: a
-// partition gives its disk, a device-mapper or md device gives the disks
-// of its slaves, recursively (root on LVM or RAID is still the system
+// wholeDisks resolves a device number to the whole devices it lives on: a
+// partition gives its disk, a device-mapper or md device gives itself and
+// the disks of its slaves, recursively (root on LVM or RAID is still the system
 // disk). depth stops loops in a broken tree.
 func (e *Env) wholeDisks(dev DevNum, depth int) []string {
 	dir, err := filepath.EvalSymlinks(filepath.Join(e.SysRoot, "dev", "block", dev.String()))
@@ -193,11 +193,8 @@ func (e *Env) wholeDisks(dev DevNum, depth int) []string {
 	if exists(filepath.Join(dir, "partition")) {
 		dir = filepath.Dir(dir)
 	}
+	out := []string{filepath.Base(dir)}
 	slaves, _ := os.ReadDir(filepath.Join(dir, "slaves"))
-	if len(slaves) == 0 {
-		return []string{filepath.Base(dir)}
-	}
-	var out []string
 	for _, s := range slaves {
 		d, err := ParseDevNum(readTrim(filepath.Join(dir, "slaves", s.Name(), "dev")))
 		if err != nil {
