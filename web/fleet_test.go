@@ -34,7 +34,7 @@ type testFleet struct {
 	srv   *httptest.Server
 
 	mu    sync.Mutex
-	gens  map[string]uint64 // last generation each node received
+	gens  map[string]uint64   // last generation each node received
 	runs  map[string][]uint32 // shards each node runs: its last answer's assigned minus pending
 	caps  map[string]int
 	state map[string]appliance.ShardState // state nodes report for their shards (default READY)

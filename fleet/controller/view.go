@@ -99,7 +99,7 @@ type BucketActivity struct {
 	Bucket    uint32
 	Granted   int       // grants since the window start
 	Refused   int       // refusal events since the window start (at most one per node per window)
-	LastGrant time.Time // the bucket's latest grant, zero if none since the controller started
+	LastGrant time.Time // the bucket's latest grant ever, zero if none
 }
 
 // identifyScanLimit bounds how many recent Identify events one
@@ -113,13 +113,21 @@ func (c *Controller) IdentifyActivity(ctx context.Context, since time.Time) ([]B
 	if err := c.Flush(ctx); err != nil {
 		return nil, err
 	}
-	c.mu.Lock()
 	out := make([]BucketActivity, c.cfg.MaxConcurrency)
 	for i := range out {
 		out[i].Bucket = uint32(i)
-		out[i].LastGrant = c.lastGrant[i]
 	}
-	c.mu.Unlock()
+	// The stored grants, not the in-memory ones: at start every bucket
+	// counts as just granted, which is a safety measure, not a grant.
+	grants, err := c.st.BucketGrants(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("identify activity: %w", err)
+	}
+	for _, g := range grants {
+		if g.Bucket < uint32(len(out)) {
+			out[g.Bucket].LastGrant = g.GrantedAt
+		}
+	}
 	for _, kind := range []string{EventIdentifyGranted, EventIdentifyRefused} {
 		rows, err := c.st.DB().QueryContext(ctx, `SELECT at, shard_id FROM events WHERE kind = ? ORDER BY id DESC LIMIT ?`,
 			kind, identifyScanLimit)

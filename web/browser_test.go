@@ -1,0 +1,279 @@
+package web
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/discord-pxe/dpxe/appliance"
+)
+
+// chromiumPath is Debian's chromium, which tools/scripts/deps.sh installs.
+const chromiumPath = "/usr/bin/chromium"
+
+// browserWait bounds every wait for the page to reach a state.
+const browserWait = 20 * time.Second
+
+// newBrowser starts headless Chromium with a fresh profile and no
+// background networking, and returns a context for its first tab.
+func newBrowser(t *testing.T) context.Context {
+	t.Helper()
+	path := chromiumPath
+	if _, err := os.Stat(path); err != nil {
+		p, lerr := exec.LookPath("chromium")
+		if lerr != nil {
+			t.Skipf("chromium not installed (%s missing; tools/scripts/deps.sh test installs it): browser tests skipped", chromiumPath)
+		}
+		path = p
+	}
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(path),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 900),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("disable-extensions", true),
+		chromedp.Flag("disable-default-apps", true),
+		chromedp.Flag("metrics-recording-only", true),
+		chromedp.Flag("safebrowsing-disable-auto-update", true),
+		chromedp.Flag("password-store", "basic"),
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancel(); cancelAlloc() })
+	if err := chromedp.Do(ctx); err != nil { // starts the browser
+		t.Fatalf("starting chromium: %v", err)
+	}
+	return ctx
+}
+
+// artifactDir is where screenshots go: $DPXE_ARTIFACTS or a temp dir.
+func artifactDir(t *testing.T) string {
+	if d := os.Getenv("DPXE_ARTIFACTS"); d != "" {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	return t.TempDir()
+}
+
+// waitJS polls a JavaScript predicate until it is truthy.
+func waitJS(t *testing.T, ctx context.Context, what, expr string) {
+	t.Helper()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](expr,
+		chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(browserWait))); err != nil {
+		html, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body ? document.body.innerText.slice(0, 1500) : ""`))
+		t.Fatalf("waiting for %s (%s): %v\npage text:\n%s", what, expr, err, html)
+	}
+}
+
+func evalJS[T any](t *testing.T, ctx context.Context, expr string) T {
+	t.Helper()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		t.Fatalf("evaluating %s: %v", expr, err)
+	}
+	return v
+}
+
+func screenshot(t *testing.T, ctx context.Context, file string) {
+	t.Helper()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot %s: %v", file, err)
+	}
+	if err := os.WriteFile(file, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s (%d bytes)", file, len(png))
+}
+
+// TestBrowser drives the dashboard in headless Chromium against a real
+// store and controller whose nodes check in through the controller: log
+// in, see the nodes, drain one in a second tab while the fleet page in the
+// first watches its shards go pending and move without reloading,
+// undrain, look up a guild, and see forged POSTs refused.
+func TestBrowser(t *testing.T) {
+	ctx := newBrowser(t)
+	const total = 2048
+	f := newTestFleet(t, fleetOpts{total: total, maxConc: 16, liveEvery: 100 * time.Millisecond})
+	var ids []string
+	for i := 0; i < 20; i++ {
+		ids = append(ids, fmt.Sprintf("node-%02d", i))
+	}
+	f.addNodes(128, ids...)
+	f.settle(ids...)
+	// A few shards in trouble, so the map shows every state.
+	f.mu.Lock()
+	f.state["5"], f.state["6"], f.state["300"] = appliance.ShardBackoff, appliance.ShardStarting, appliance.ShardFatal
+	f.mu.Unlock()
+	f.settle(ids...)
+	base := f.srv.URL
+	out := artifactDir(t)
+
+	// Log in; the login page sends us on to the fleet.
+	err := chromedp.Do(ctx,
+		chromedp.Navigate(base+"/"),
+		chromedp.WaitVisible(chromedp.ID("secret")),
+		chromedp.SendKeys(chromedp.ID("secret"), testToken),
+		chromedp.Submit(chromedp.ID("secret")),
+		chromedp.WaitVisible(chromedp.ID("shardmap")),
+	)
+	if err != nil {
+		t.Fatalf("login: %v", err)
+	}
+	if n := evalJS[int](t, ctx, `document.querySelectorAll('#shardmap .group[data-node^="node-"]').length`); n != len(ids) {
+		t.Fatalf("shard map shows %d node groups, want %d", n, len(ids))
+	}
+	if n := evalJS[int](t, ctx, `document.querySelectorAll('#shardmap .cells i').length`); n != total {
+		t.Fatalf("shard map has %d cells, want one per shard (%d)", n, total)
+	}
+	waitJS(t, ctx, "live connection", `document.getElementById('live-status').textContent.includes('connected')`)
+	screenshot(t, ctx, filepath.Join(out, "fleet.png"))
+	if os.Getenv("DPXE_UPDATE_SCREENSHOTS") == "1" {
+		png, _ := os.ReadFile(filepath.Join(out, "fleet.png"))
+		if err := os.WriteFile("../docs/screenshots/fleet.png", png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The fleet tab keeps a marker that a reload would lose.
+	evalJS[int](t, ctx, `window.__noReload = 7`)
+	victim := ids[1]
+	shardsOf := func(node string) string {
+		return fmt.Sprintf(`(document.querySelector('#shardmap .group[data-node="%s"] .cells') || {children: []}).children.length`, node)
+	}
+	before := evalJS[int](t, ctx, shardsOf(victim))
+	if before == 0 {
+		t.Fatalf("%s has no cells before the drain", victim)
+	}
+
+	// Drain in a second tab, through the confirmation.
+	tab2, cancel2 := chromedp.NewContext(ctx)
+	defer cancel2()
+	err = chromedp.Do(tab2,
+		chromedp.Navigate(base+"/nodes"),
+		chromedp.WaitVisible(chromedp.CSS(`a[href="/nodes/`+victim+`"]`)),
+		chromedp.Click(chromedp.CSS(`a[href="/nodes/`+victim+`"]`)),
+		chromedp.WaitVisible(chromedp.ID("drain")),
+	)
+	if err != nil {
+		t.Fatalf("node page: %v", err)
+	}
+	screenshot(t, tab2, filepath.Join(out, "node.png"))
+	if err := chromedp.Do(tab2, chromedp.Click(chromedp.ID("drain")), chromedp.WaitVisible(chromedp.ID("confirm"))); err != nil {
+		t.Fatalf("drain button: %v", err)
+	}
+	confirm := evalJS[string](t, tab2, `document.querySelector('main').innerText`)
+	if !strings.Contains(confirm, "move to "+ids[0]) || !strings.Contains(confirm, "pending") {
+		t.Fatalf("drain confirmation does not say what moves:\n%s", confirm)
+	}
+	if err := chromedp.Do(tab2, chromedp.Click(chromedp.ID("confirm")), chromedp.WaitVisible(chromedp.ID("undrain"))); err != nil {
+		t.Fatalf("confirming the drain: %v", err)
+	}
+	if d, _ := f.ctrl.Node(context.Background(), victim); !d.Draining {
+		t.Fatalf("%s not draining after the browser confirmed", victim)
+	}
+
+	// The fleet tab, without reloading: the victim's range is gone and its
+	// shards show as pending on their new owners until it releases them.
+	waitJS(t, ctx, "pending shards after the drain", `document.querySelectorAll('#shardmap .cells i.s-p').length > 0`)
+	if n := evalJS[int](t, ctx, shardsOf(victim)); n != 0 {
+		t.Fatalf("%s still has %d cells in the map after the drain", victim, n)
+	}
+	// The victim checks in with the new generation (releasing its shards),
+	// then the new owners take them.
+	f.settle(ids...)
+	waitJS(t, ctx, "the hand-off to finish", `document.querySelectorAll('#shardmap .cells i.s-p').length === 0`)
+	if m := evalJS[int](t, ctx, `window.__noReload || 0`); m != 7 {
+		t.Fatal("the fleet page reloaded; live updates should have changed it in place")
+	}
+
+	// Undrain: the victim gets a range again.
+	err = chromedp.Do(tab2,
+		chromedp.Click(chromedp.ID("undrain")),
+		chromedp.WaitVisible(chromedp.ID("confirm")),
+		chromedp.Click(chromedp.ID("confirm")),
+		chromedp.WaitVisible(chromedp.ID("drain")),
+	)
+	if err != nil {
+		t.Fatalf("undrain: %v", err)
+	}
+	f.settle(ids...)
+	waitJS(t, ctx, "the victim's shards back", shardsOf(victim)+` > 0 && document.querySelectorAll('#shardmap .cells i.s-p').length === 0`)
+
+	// Guild lookup gives the same answer as the route endpoint.
+	const guild = "81384788765712384"
+	gid, _ := appliance.ParseGuildID(guild)
+	route, err := f.ctrl.Route(gid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = chromedp.Do(tab2,
+		chromedp.Navigate(base+"/guild"),
+		chromedp.WaitVisible(chromedp.ID("guild_id")),
+		chromedp.SendKeys(chromedp.ID("guild_id"), guild),
+		chromedp.Submit(chromedp.ID("guild_id")),
+		chromedp.WaitVisible(chromedp.ID("route")),
+	)
+	if err != nil {
+		t.Fatalf("guild lookup: %v", err)
+	}
+	shardText := evalJS[string](t, tab2, `document.getElementById('route-shard').innerText`)
+	nodeText := evalJS[string](t, tab2, `document.getElementById('route-node').innerText`)
+	if !strings.HasPrefix(shardText, fmt.Sprint(route.ShardID)+" ") || nodeText != route.NodeID {
+		t.Fatalf("guild lookup shows shard %q node %q, route says %d %s", shardText, nodeText, route.ShardID, route.NodeID)
+	}
+
+	// Forged POSTs: a same-origin script without the token, and a form on
+	// another origin that submits itself to the drain endpoint.
+	status, err := chromedp.Run(tab2, chromedp.Evaluate[int](`fetch('/nodes/`+ids[2]+`/drain', {method: 'POST', body: new URLSearchParams({csrf: 'forged'})}).then(r => r.status)`,
+		chromedp.EvalAwaitPromise))
+	if err != nil || status != http.StatusForbidden {
+		t.Fatalf("forged same-origin POST: status %d, %v; want 403", status, err)
+	}
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprintf(w, `<!doctype html><form id="f" method="post" action="%s/nodes/%s/drain"><input name="csrf" value="guess"></form><script>document.getElementById('f').submit()</script>`, base, ids[2])
+	}))
+	defer evil.Close()
+	if err := chromedp.Do(tab2, chromedp.Navigate(evil.URL)); err != nil {
+		t.Fatalf("opening the forging page: %v", err)
+	}
+	waitJS(t, tab2, "the forged form's answer", `location.href.startsWith('`+base+`') && document.readyState === 'complete'`)
+	text := evalJS[string](t, tab2, `document.body.innerText`)
+	if !strings.Contains(text, "Request refused") && !strings.Contains(text, "Not logged in") {
+		t.Fatalf("forged cross-origin form was not refused:\n%.500s", text)
+	}
+	if d, _ := f.ctrl.Node(context.Background(), ids[2]); d.Draining {
+		t.Fatal("a forged POST drained a node")
+	}
+
+	// Phone width: the nodes table scrolls inside its box, the page does not.
+	err = chromedp.Do(tab2, chromedp.EmulateViewport(390, 844), chromedp.Navigate(base+"/nodes"), chromedp.WaitVisible(chromedp.CSS("table.nodes")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := evalJS[int](t, tab2, `document.documentElement.scrollWidth`); w > 400 {
+		t.Errorf("nodes page is %d px wide at phone width 390", w)
+	}
+	screenshot(t, tab2, filepath.Join(out, "nodes-phone.png"))
+}
