@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -109,7 +110,7 @@ func (e *Env) Inspect(path string) (*Target, error) {
 	default:
 		return nil, fmt.Errorf("%w: %s is a %s", ErrNotTarget, path, st.Mode().Type())
 	}
-	sys, ok := st.Sys().(*unix.Stat_t)
+	sys, ok := st.Sys().(*syscall.Stat_t)
 	if !ok {
 		return nil, fmt.Errorf("%s: no device number", path)
 	}
