@@ -70,6 +70,8 @@ func sortRows(rows []view.NodeRow, key string, desc bool) {
 	slices.SortStableFunc(rows, func(a, b view.NodeRow) int {
 		var c int
 		switch key {
+		case "id":
+			c = strings.Compare(a.ID, b.ID)
 		case "mac":
 			c = strings.Compare(a.MAC, b.MAC)
 		case "ip":

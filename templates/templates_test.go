@@ -1,0 +1,137 @@
+package templates
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/a-h/templ"
+
+	"github.com/discord-pxe/dpxe/web/view"
+)
+
+func render(t *testing.T, c templ.Component) string {
+	t.Helper()
+	var b bytes.Buffer
+	if err := c.Render(context.Background(), &b); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+// TestComponents renders components from table-driven view models and
+// checks what the HTML must and must not contain.
+func TestComponents(t *testing.T) {
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	page := view.Page{Title: "T", Nav: "nodes", CSRF: "tok123", LoggedIn: true, Now: now.UnixMilli()}
+	cases := []struct {
+		name  string
+		comp  templ.Component
+		has   []string
+		hasnt []string
+	}{
+		{"state badge has letter and name", StateBadge(view.Fatal),
+			[]string{`class="badge s-f"`, `>F</abbr>`, "FATAL"}, nil},
+		{"countdown live", LeaseCountdown(view.Countdown{Deadline: now.Add(23 * time.Second), Now: now}),
+			[]string{`class="countdown"`, "in 23 s", `data-deadline="` + view.Millis(now.Add(23*time.Second)) + `"`}, []string{"urgent"}},
+		{"countdown urgent", LeaseCountdown(view.Countdown{Deadline: now.Add(4 * time.Second), Now: now}),
+			[]string{`class="countdown urgent"`, "in 4 s"}, nil},
+		{"countdown none", LeaseCountdown(view.Countdown{Now: now}), []string{"no lease"}, []string{"data-deadline"}},
+		{"layout logged in", Layout(page), []string{`<html lang="en">`, `aria-current="page">Nodes</a>`,
+			`name="csrf" value="tok123"`, "Log out", `data-now="`}, []string{"live-status"}},
+		{"layout logged out", Layout(view.Page{Title: "Log in"}), []string{"<title>Log in · dpxe</title>"}, []string{"<nav", "Log out"}},
+		{"layout live", Layout(view.Page{Title: "x", Live: "/live?topic=fleet"}), []string{`data-live="/live?topic=fleet"`, `id="live-status"`, `aria-live="polite"`}, nil},
+		{"layout messages", Layout(view.Page{Flash: "done it", Error: "broke <it>"}),
+			[]string{`role="status">done it`, `role="alert">broke &lt;it&gt;`}, []string{"<it>"}},
+		{"totals without netboot", TotalsPanel(view.Totals{NodesLive: 3, Ready: 10, Pending: 2, Unowned: 4, Generation: 9}),
+			[]string{`id="totals"`, "n/a", `id="generation">9<`, "<dt><abbr title=\"PENDING\">P</abbr> Pending</dt><dd>2</dd>"}, []string{"href=\"/discovered\""}},
+		{"totals with discovered", TotalsPanel(view.Totals{Discovered: 5, DiscoveredKnown: true, Rebalancing: true, GraceUntil: "2026-11-29 12:00:30Z"}),
+			[]string{`<a href="/discovered">5</a>`, "awaits the next rebalance", "no shard moves before 2026-11-29 12:00:30Z"}, []string{"n/a"}},
+		{"budget low", BudgetPanel(view.Budget{Total: 1000, Remaining: 10, Reserve: 10, Percent: 1, Low: true, ResetIn: "3 h 2 min"}),
+			[]string{`class="meter low"`, `aria-valuenow="10"`, "width:1%", "Identify claims are refused"}, nil},
+		{"budget fine", BudgetPanel(view.Budget{Total: 1000, Remaining: 900, Percent: 90}), []string{`class="meter"`}, []string{"refused"}},
+		{"identify bars", IdentifyPanel(view.Identify{Minutes: 10, MaxConcurrency: 2, Granted: 3, Bars: []view.BucketBar{{Label: "0", Granted: 3, Width: 100, LastGrant: "2 s ago"}, {Label: "1", LastGrant: "never"}}}),
+			[]string{"last 10 min", `<th scope="row">0</th>`, "width:100%", "never"}, nil},
+		{"shard map single cells", ShardMapPanel(view.ShardMap{Total: 4, BlockSize: 1, Groups: []view.MapGroup{
+			{NodeID: "n1", Href: "/nodes/n1", Start: 0, End: 2, Cells: []view.State{view.Ready, view.Pending, view.Fatal}, Counts: counts(view.Ready, view.Pending, view.Fatal)},
+			{Start: 3, End: 3, Cells: []view.State{view.Unowned}, Counts: counts(view.Unowned)}}}),
+			[]string{`data-block="1"`, "one cell each", `<a href="/nodes/n1">n1</a>`, `<span class="range">0–2</span>`,
+				`<i class="s-r">R</i><i class="s-p">P</i><i class="s-f">F</i>`, "No owner", `<i class="s-u">U</i>`,
+				`data-start="3"`, "PENDING", `aria-hidden="true"`},
+			[]string{"per cell"}},
+		{"shard map aggregated", ShardMapPanel(view.ShardMap{Total: 131072, BlockSize: 32}),
+			[]string{"131072 shards, 32 per cell", `data-block="32"`}, nil},
+		{"draining group", MapGroup(view.MapGroup{NodeID: "n2", Draining: true, Cells: []view.State{view.Held}}),
+			[]string{`class="group draining"`, `<span class="tag">draining</span>`, `<i class="s-a">A</i>`}, nil},
+		{"node row", NodeTableRow(view.NodeRow{ID: "n<1>", Href: "/nodes/n%3C1%3E", Address: "10.0.0.9", Capacity: 64, Range: "0–63",
+			Ready: 60, Pending: 4, Status: "draining", Draining: true, Lease: view.Countdown{Deadline: now.Add(time.Minute), Now: now}, LastCheckin: "3 s ago"}),
+			[]string{`<tr class="st-draining">`, `<th scope="row"><a href="/nodes/n%3C1%3E">n&lt;1&gt;</a></th>`, "10.0.0.9", `title="PENDING">4<`,
+				"in 1 min", `tag-draining">draining`}, []string{"n<1>"}},
+		{"empty fleet", EmptyFleet(), []string{"No nodes yet: here is how to boot one", "dpxe nodes add"}, nil},
+		{"drain confirm", DrainConfirmPage(view.DrainConfirm{Page: page, NodeID: "n1", Drain: true, Range: "0–9", Count: 10,
+			Moves: []view.Move{{To: "n2", Range: "0–4", Count: 5}, {To: "n3", Range: "5–9", Count: 5}}}),
+			[]string{"Drain n1?", "5 shards (0–4) move to <strong>n2</strong>", "move to <strong>n3</strong>", `action="/nodes/n1/drain"`,
+				`name="csrf" value="tok123"`, "stays pending", "never runs twice"}, []string{"stay unowned"}},
+		{"drain confirm unplaced", DrainConfirmPage(view.DrainConfirm{Page: page, NodeID: "n1", Drain: true, Range: "0–9", Count: 10, Unplaced: 10}),
+			[]string{"10 shards have no other node with spare capacity"}, nil},
+		{"undrain confirm", DrainConfirmPage(view.DrainConfirm{Page: page, NodeID: "n1"}),
+			[]string{"Undrain n1?", `action="/nodes/n1/undrain"`}, []string{"/drain\""}},
+		{"boot off", BootPanel(view.Boot{Reason: "Netboot is not enabled."}), []string{"Netboot is not enabled."}, []string{"Boot timeline"}},
+		{"boot timeline", BootPanel(view.Boot{Enabled: true, MAC: "52-54-00-00-00-01", LeaseIP: "10.0.0.5", LeaseEnd: "in 40 min",
+			Steps: []view.BootStep{{At: "t1", Stage: "dhcp_offer"}, {At: "t2", Stage: "kernel_partial", Failed: true}}}),
+			[]string{"52-54-00-00-00-01", "10.0.0.5, ends in 40 min", `<li class="failed">`, "failed here"}, nil},
+		{"shard card", ShardCard(view.ShardRow{ID: 7, State: view.Backoff, Acks: 5, Misses: 1, Reconnects: 2, CloseCode: 4009, CloseText: "session timed out", LastError: "tls: reset"}),
+			[]string{`class="shard s-b"`, "#7", "invalid", "4009 session timed out", "tls: reset"}, nil},
+		{"discovered disabled", DiscoveredPage(view.Discovered{Page: page, Reason: "Netboot is not enabled here.",
+			Rows: []view.DiscoveredRow{{MAC: "52-54-00-00-00-02", Suggested: "node-000002"}}}),
+			[]string{"Netboot is not enabled here.", "disabled", `for="name-52-54-00-00-00-02"`}, nil},
+		{"discovered enabled", DiscoveredPage(view.Discovered{Page: page, Enabled: true,
+			Rows: []view.DiscoveredRow{{MAC: "52-54-00-00-00-02", Suggested: "node-000002"}}}),
+			[]string{`action="/discovered/52-54-00-00-00-02/approve"`, `value="node-000002"`, `action="/discovered/52-54-00-00-00-02/ignore"`}, []string{"disabled"}},
+		{"discovered empty", DiscoveredPage(view.Discovered{Page: page, Enabled: true}), []string{"No unknown machine has asked to boot"}, nil},
+		{"route no owner", RouteResult(view.Route{GuildID: "1", Shard: 0, Total: 16}), []string{"no live node holds this shard"}, nil},
+		{"events filter", EventsPage(view.Events{Page: page, Kind: "drain", Kinds: []string{"drain", "undrain"}, Nodes: []string{"n1"},
+			Rows: []view.EventRow{{ID: 3, At: "t", Kind: "drain", NodeID: "n1"}}, Older: "/events?before=3"}),
+			[]string{`<option value="drain" selected>`, `<label for="f-node">Node</label>`, `href="/nodes/n1"`, `href="/events?before=3"`}, nil},
+		{"login", LoginPage(view.Login{Page: view.Page{Title: "Log in", CSRF: "lc"}, Next: "/nodes"}),
+			[]string{`<label for="secret">`, `type="password"`, `name="next" value="/nodes"`, `value="lc"`}, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			html := render(t, tc.comp)
+			for _, h := range tc.has {
+				if !strings.Contains(html, h) {
+					t.Errorf("missing %q in\n%s", h, html)
+				}
+			}
+			for _, h := range tc.hasnt {
+				if strings.Contains(html, h) {
+					t.Errorf("unexpected %q in\n%s", h, html)
+				}
+			}
+		})
+	}
+}
+
+func counts(states ...view.State) (c [view.NumStates]int) {
+	for _, s := range states {
+		c[s]++
+	}
+	return c
+}
+
+// TestCellsMatchesStates checks the fast cell writer against the state
+// table for every state.
+func TestCellsMatchesStates(t *testing.T) {
+	var all []view.State
+	var want strings.Builder
+	for s := view.State(0); s < view.NumStates; s++ {
+		all = append(all, s)
+		want.WriteString(`<i class="` + s.Class() + `">` + s.Letter() + `</i>`)
+	}
+	if got := render(t, Cells(all)); got != want.String() {
+		t.Fatalf("Cells:\n got %s\nwant %s", got, want.String())
+	}
+}
