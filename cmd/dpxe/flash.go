@@ -1,0 +1,336 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/discord-pxe/dpxe/appliance"
+	"github.com/discord-pxe/dpxe/image"
+	"github.com/discord-pxe/dpxe/image/flash"
+)
+
+func init() {
+	register(&command{
+		name:    "flash",
+		summary: "personalise usb.img for a node and write it to a USB stick or file, verified",
+		run:     runFlash,
+	})
+}
+
+const flashSynopsis = "--node NAME [--image out/usb.img] [--controller URL] [--cred CRED | --admin-token-file F [--rotate]] [--yes] [--force] DEVICE|FILE\n       dpxe flash --list [--all]"
+
+// Seams for tests: the system the safety checks look at, and where the
+// confirmation is read from.
+var (
+	flashEnv             = flash.System
+	flashStdin io.Reader = os.Stdin
+)
+
+// runFlash implements `dpxe flash`.
+func runFlash(ctx context.Context, args []string) error {
+	fs := newFlagSet("flash", flashSynopsis)
+	img := fs.String("image", "out/"+image.USBImageFile, "source image (never modified)")
+	node := fs.String("node", "", "node ID to write into DPXE.CFG (required)")
+	ctrl := fs.String("controller", "http://"+defaultListen, "controller URL the node uses, written into DPXE.CFG; also where the credential is fetched unless --api is given")
+	apiURL := fs.String("api", "", "controller URL this machine uses to fetch the credential (default: --controller)")
+	cred := fs.String("cred", "", "node credential to write; without it the credential is created (or with --rotate, replaced) at the controller")
+	tokenFile := fs.String("admin-token-file", "./var/"+adminTokenName, "admin token file written by `dpxe serve`")
+	rotate := fs.Bool("rotate", false, "the node exists: issue it a new credential (its old one stops working)")
+	yes := fs.Bool("yes", false, "do not ask for confirmation")
+	force := fs.Bool("force", false, "write to a device that is not reported as removable (no other check is overridden)")
+	list := fs.Bool("list", false, "list removable block devices and whether they hold Discord-PXE media")
+	all := fs.Bool("all", false, "with --list: include devices that are not removable")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *list {
+		if fs.NArg() != 0 || *node != "" {
+			return fmt.Errorf("%w: --list takes no other arguments", errUsage)
+		}
+		return flashList(*all)
+	}
+	if fs.NArg() != 1 {
+		return fmt.Errorf("%w: dpxe flash %s", errUsage, flashSynopsis)
+	}
+	target := fs.Arg(0)
+	if *node == "" {
+		return fmt.Errorf("%w: --node is required", errUsage)
+	}
+
+	// Everything that can be refused is checked before the controller is
+	// asked for anything and before the prompt.
+	cfg, err := baseConfig(*img)
+	if err != nil {
+		return err
+	}
+	if err := cfg.Set("node="+*node, "controller="+*ctrl); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if *cred != "" {
+		if err := cfg.Set("cred=" + *cred); err != nil {
+			return fmt.Errorf("%w: --cred: %v", errUsage, err)
+		}
+	}
+	if u, _ := url.Parse(*ctrl); u != nil && isLoopback(u.Hostname()) {
+		fmt.Fprintf(os.Stderr, "warning: controller=%s is a loopback address: a node cannot reach it (use --controller http://ADDRESS:PORT)\n", *ctrl)
+	}
+	env := flashEnv()
+	src, err := os.Stat(*img)
+	if err != nil {
+		return err
+	}
+	t, err := env.Inspect(target)
+	if err != nil {
+		return err
+	}
+	if err := env.Check(t, src.Size(), *force); err != nil {
+		return err
+	}
+
+	var client *nodesClient
+	credAction := "given with --cred"
+	if *cred == "" {
+		base := *apiURL
+		if base == "" {
+			base = *ctrl
+		}
+		tok, err := os.ReadFile(*tokenFile)
+		if err != nil {
+			return fmt.Errorf("admin token (needed to get node %s's credential; or pass --cred): %w", *node, err)
+		}
+		client = &nodesClient{base: strings.TrimRight(base, "/"), token: strings.TrimSpace(string(tok)), http: &http.Client{Timeout: clientTimeout}}
+		status, err := client.call(ctx, "GET", "/v1/nodes/"+url.PathEscape(*node), nil, nil)
+		switch {
+		case err != nil && status != http.StatusNotFound:
+			return fmt.Errorf("controller %s: %w", base, err)
+		case status == http.StatusNotFound:
+			credAction = "created at " + base + " (new node)"
+		case !*rotate:
+			return fmt.Errorf("node %s already exists at %s: its credential cannot be read back; pass --rotate to issue a new one (the old one stops working) or --cred", *node, base)
+		default:
+			credAction = "rotated at " + base + " (the node's old credential stops working)"
+		}
+	}
+
+	if !*yes {
+		if err := confirmFlash(t, *img, cfg, credAction); err != nil {
+			return err
+		}
+	}
+
+	if client != nil {
+		c, err := fetchCredential(ctx, client, *node, *rotate)
+		if err != nil {
+			return err
+		}
+		cfg.Credential = c
+	}
+	raw, err := image.RenderConfig(cfg)
+	if err != nil {
+		return err
+	}
+	res, err := flash.Flash(ctx, flash.Options{Image: *img, Config: raw, Target: target, Force: *force, Env: env, Progress: os.Stderr})
+	if err != nil {
+		if client != nil {
+			fmt.Fprintf(os.Stderr, "note: node %s's credential was %s but the flash failed; rerun with --rotate\n", *node, credAction)
+		}
+		return err
+	}
+	shown := cfg
+	if shown.Credential != "" {
+		shown.Credential = credentialMask
+	}
+	fmt.Printf("%s: flashed and verified %s (%d bytes, SHA-256 %s)\n", target, *img, res.Size, hex.EncodeToString(res.SHA256[:]))
+	fmt.Printf("  DPXE.CFG: %s\n", shown.String())
+	fmt.Printf("  wrote %d bytes, skipped %d zero bytes, write+sync %s, verify %s (%s)\n", res.Written, res.Skipped,
+		res.WriteTime.Round(time.Millisecond), res.VerifyTime.Round(time.Millisecond), verifyHow(res.VerifyDirect))
+	return nil
+}
+
+func verifyHow(direct bool) string {
+	if direct {
+		return "read back with O_DIRECT"
+	}
+	return "read back after dropping cached pages"
+}
+
+// baseConfig is the source image's DPXE.CFG, the starting point of the
+// personalised one (so keys set on a template image are kept).
+func baseConfig(img string) (appliance.BootConfig, error) {
+	u, err := image.ReadUSBConfig(img)
+	if err != nil {
+		return appliance.BootConfig{}, err
+	}
+	c, err := appliance.ParseBootConfig(u.Raw)
+	if err != nil {
+		return c, fmt.Errorf("%s: DPXE.CFG is invalid (%w); fix it with 'dpxe config set --reset'", img, err)
+	}
+	return c, nil
+}
+
+// confirmFlash shows what is about to be overwritten and reads the answer.
+func confirmFlash(t *flash.Target, img string, cfg appliance.BootConfig, credAction string) error {
+	w := os.Stderr
+	fmt.Fprintf(w, "About to write %s to:\n  %s\n", img, t.Describe())
+	for _, p := range t.Partitions {
+		fmt.Fprintf(w, "    partition %s (%s): %s\n", p.Name, p.Dev, humanSize(p.Size))
+	}
+	if t.Block && len(t.Partitions) == 0 {
+		fmt.Fprintln(w, "    no partitions")
+	}
+	fmt.Fprintf(w, "  node=%s controller=%s, credential %s\n", cfg.NodeID, cfg.Controller, credAction)
+	if t.Exist {
+		fmt.Fprintf(w, "Everything on %s will be lost. Continue? [y/N] ", t.Path)
+	} else {
+		fmt.Fprintf(w, "Continue? [y/N] ")
+	}
+	line, err := bufio.NewReader(flashStdin).ReadString('\n')
+	if err != nil && line == "" {
+		return fmt.Errorf("%w (no answer on stdin; use --yes to skip the question)", flash.ErrAborted)
+	}
+	switch strings.ToLower(strings.TrimSpace(line)) {
+	case "y", "yes":
+		return nil
+	}
+	return flash.ErrAborted
+}
+
+// fetchCredential creates the node (or, with rotate, replaces its
+// credential) and returns the new credential.
+func fetchCredential(ctx context.Context, c *nodesClient, node string, rotate bool) (string, error) {
+	var out struct {
+		NodeID     string `json:"node_id"`
+		Credential string `json:"credential"`
+	}
+	method, path, body := "POST", "/v1/nodes", any(map[string]string{"node_id": node})
+	if rotate {
+		path, body = "/v1/nodes/"+url.PathEscape(node)+"/credential", nil
+	}
+	status, err := c.call(ctx, method, path, body, &out)
+	if status == http.StatusNotFound && rotate {
+		// The node was not there after all: create it.
+		status, err = c.call(ctx, "POST", "/v1/nodes", map[string]string{"node_id": node}, &out)
+	}
+	if err != nil {
+		return "", fmt.Errorf("controller: %w", err)
+	}
+	if out.NodeID != node {
+		return "", fmt.Errorf("controller answered for node %q, asked for %q", out.NodeID, node)
+	}
+	if err := appliance.ValidateCredential(out.Credential); err != nil {
+		return "", fmt.Errorf("controller returned an unusable credential: %w", err)
+	}
+	return out.Credential, nil
+}
+
+// call is nodesClient.do that also returns the HTTP status (0 when no
+// answer came), so callers can tell "no such node" from a failure.
+func (c *nodesClient) call(ctx context.Context, method, path string, body, out any) (int, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return 0, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return resp.StatusCode, err
+	}
+	if resp.StatusCode/100 != 2 {
+		var e struct{ Error string }
+		if json.Unmarshal(data, &e) == nil && e.Error != "" {
+			return resp.StatusCode, fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, e.Error)
+		}
+		return resp.StatusCode, fmt.Errorf("%s %s: %s", method, path, resp.Status)
+	}
+	if out == nil {
+		return resp.StatusCode, nil
+	}
+	return resp.StatusCode, json.Unmarshal(data, out)
+}
+
+// flashList prints the block devices and what they hold.
+func flashList(all bool) error {
+	ms, err := flashEnv().List(all)
+	if err != nil {
+		return err
+	}
+	if len(ms) == 0 {
+		if all {
+			fmt.Println("no block devices")
+		} else {
+			fmt.Println("no removable block devices (--all lists every device)")
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "DEVICE\tSIZE\tREMOVABLE\tMODEL\tDISCORD-PXE\tNODE\tCONTROLLER\tNOTE")
+	for _, m := range ms {
+		model := strings.TrimSpace(m.Vendor + " " + m.Model)
+		if m.Backing != "" {
+			model = "loop: " + m.Backing
+		}
+		dpxe := "no"
+		switch {
+		case m.DPXE:
+			dpxe = "yes"
+		case m.Loader:
+			dpxe = "loader only"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%s\t%s\t%s\n", m.Path, humanSize(m.Size), yesNo(m.Removable), orDash(model), dpxe, orDash(m.Node), orDash(m.Ctrl), m.Note)
+	}
+	return tw.Flush()
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func humanSize(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	default:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+}
+
+func isLoopback(host string) bool {
+	return host == "localhost" || strings.HasPrefix(host, "127.") || host == "::1"
+}

@@ -1,0 +1,303 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/discord-pxe/dpxe/appliance"
+	"github.com/discord-pxe/dpxe/image"
+	"github.com/discord-pxe/dpxe/image/flash"
+)
+
+// flashSource returns a usb.img: $DPXE_OUT's (make test) or a fresh
+// `dpxe build`.
+func flashSource(t *testing.T) string {
+	t.Helper()
+	if d := os.Getenv("DPXE_OUT"); d != "" {
+		if p := filepath.Join(d, image.USBImageFile); fileExists(p) {
+			return p
+		}
+	}
+	if _, err := exec.LookPath("nasm"); err != nil {
+		t.Skip("no $DPXE_OUT/usb.img and nasm not installed (apt-get install nasm)")
+	}
+	out := t.TempDir()
+	if code, msg := captureRun(t, "build", "--out", out); code != 0 {
+		t.Fatalf("dpxe build: exit %d\n%s", code, msg)
+	}
+	return filepath.Join(out, image.USBImageFile)
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+func sumFile(t *testing.T, p string) [32]byte {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sha256.Sum256(b)
+}
+
+// testController runs the controller API in process on a real store and
+// returns its URL and the admin token file.
+func testController(t *testing.T) (string, string) {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := defaultServeConfig()
+	cfg.DB = filepath.Join(dir, "dpxe.db")
+	cfg.AdminTokenFile = filepath.Join(dir, adminTokenName)
+	app, err := buildFleet(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(app.mux)
+	t.Cleanup(func() {
+		srv.Close()
+		app.store.Close()
+	})
+	return srv.URL, cfg.AdminTokenFile
+}
+
+// checkIn posts a check-in with cred and returns the HTTP status: 200 when
+// the controller accepts the credential.
+func checkIn(t *testing.T, api, node, cred string) int {
+	t.Helper()
+	body := fmt.Sprintf(`{"node_id":%q,"capacity":1}`, node)
+	req, _ := http.NewRequest("POST", api+"/v1/checkin", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+cred)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// nodeStatus is the HTTP status of GET /v1/nodes/{id} with the admin token.
+func nodeStatus(t *testing.T, api, tokenFile, node string) int {
+	t.Helper()
+	tok, err := os.ReadFile(tokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("GET", api+"/v1/nodes/"+node, nil)
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// flashedConfig reads DPXE.CFG from a flashed file.
+func flashedConfig(t *testing.T, p string) appliance.BootConfig {
+	t.Helper()
+	u, err := image.ReadUSBConfig(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := appliance.ParseBootConfig(u.Raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestFlashCommand(t *testing.T) {
+	src := flashSource(t)
+	srcSum := sumFile(t, src)
+	api, token := testController(t)
+	dir := t.TempDir()
+	target := filepath.Join(dir, "stick.img")
+	const ctrl = "http://10.0.0.5:8080"
+	base := []string{"flash", "--image", src, "--controller", ctrl, "--api", api, "--admin-token-file", token}
+
+	// A new node: created at the controller, its credential on the medium.
+	code, msg := captureRun(t, append(base, "--node", "flash-n1", "--yes", target)...)
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, msg)
+	}
+	for _, want := range []string{"flashed and verified", "DPXE.CFG: node=flash-n1 controller=" + ctrl + " cred=********", "write ", "verify ", "MB/s"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("output lacks %q:\n%s", want, msg)
+		}
+	}
+	c1 := flashedConfig(t, target)
+	if c1.NodeID != "flash-n1" || c1.Controller != ctrl {
+		t.Errorf("DPXE.CFG %+v", c1)
+	}
+	if st := checkIn(t, api, "flash-n1", c1.Credential); st != http.StatusOK {
+		t.Fatalf("check-in with the flashed credential: HTTP %d", st)
+	}
+	code, msg = captureRun(t, "config", "show", target)
+	if code != 0 || !strings.Contains(msg, "# effective: node=flash-n1 controller="+ctrl+" cred=********") {
+		t.Errorf("dpxe config show: exit %d\n%s", code, msg)
+	}
+
+	// The node exists now: refused without --rotate, nothing written.
+	before := sumFile(t, target)
+	code, msg = captureRun(t, append(base, "--node", "flash-n1", "--yes", target)...)
+	if code != 1 || !strings.Contains(msg, "already exists") || !strings.Contains(msg, "--rotate") {
+		t.Errorf("existing node without --rotate: exit %d\n%s", code, msg)
+	}
+	if sumFile(t, target) != before {
+		t.Error("target written although the flash was refused")
+	}
+
+	// --rotate: a new credential; the old one stops working.
+	code, msg = captureRun(t, append(base, "--node", "flash-n1", "--rotate", "--yes", target)...)
+	if code != 0 {
+		t.Fatalf("--rotate: exit %d\n%s", code, msg)
+	}
+	c2 := flashedConfig(t, target)
+	if c2.Credential == c1.Credential || checkIn(t, api, "flash-n1", c2.Credential) != http.StatusOK || checkIn(t, api, "flash-n1", c1.Credential) != http.StatusUnauthorized {
+		t.Error("rotation: the new credential must work and the old one must not")
+	}
+
+	// --cred: no controller needed.
+	const cred = "Given-credential_0123456789"
+	code, msg = captureRun(t, "flash", "--image", src, "--controller", ctrl, "--admin-token-file", "/nonexistent", "--node", "given-1", "--cred", cred, "--yes", target)
+	if code != 0 || flashedConfig(t, target).Credential != cred {
+		t.Errorf("--cred: exit %d\n%s", code, msg)
+	}
+
+	if sumFile(t, src) != srcSum {
+		t.Fatal("the source image changed")
+	}
+}
+
+func TestFlashCommandConfirm(t *testing.T) {
+	src := flashSource(t)
+	api, token := testController(t)
+	target := filepath.Join(t.TempDir(), "stick.img")
+	if err := os.WriteFile(target, []byte("old data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"flash", "--image", src, "--controller", "http://10.0.0.5:8080", "--api", api, "--admin-token-file", token, "--node", "ask-1", target}
+	defer func() { flashStdin = os.Stdin }()
+	for _, tc := range []struct {
+		answer string
+		code   int
+		want   string
+	}{
+		{"n\n", 1, "aborted: nothing was written"},
+		{"", 1, "no answer on stdin"},
+		{"yes\n", 0, "flashed and verified"},
+	} {
+		flashStdin = strings.NewReader(tc.answer)
+		code, msg := captureRun(t, args...)
+		if code != tc.code || !strings.Contains(msg, tc.want) || !strings.Contains(msg, "Everything on "+target+" will be lost") ||
+			!strings.Contains(msg, "credential created at "+api) {
+			t.Errorf("answer %q: exit %d, want %d with %q:\n%s", tc.answer, code, tc.code, tc.want, msg)
+		}
+		if tc.code != 0 {
+			if b, _ := os.ReadFile(target); string(b) != "old data" {
+				t.Errorf("answer %q: target written", tc.answer)
+			}
+			if st := nodeStatus(t, api, token, "ask-1"); st != http.StatusNotFound {
+				t.Errorf("answer %q: node looked up with HTTP %d, want 404: nothing may change at the controller before the answer", tc.answer, st)
+			}
+		}
+	}
+	if c := flashedConfig(t, target); c.NodeID != "ask-1" || checkIn(t, api, "ask-1", c.Credential) != http.StatusOK {
+		t.Errorf("after yes: %+v", c)
+	}
+}
+
+func TestFlashCommandUsage(t *testing.T) {
+	src := flashSource(t)
+	dir := t.TempDir()
+	target := filepath.Join(dir, "t.img")
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"flash", "--image", src, target}, 2, "--node is required"},
+		{[]string{"flash", "--image", src, "--node", "a/b", "--cred", "abcdefghijklmnop", target}, 2, "node ID has '/'"},
+		{[]string{"flash", "--image", src, "--node", "n", "--cred", "short", target}, 2, "--cred"},
+		{[]string{"flash", "--image", src, "--node", "n", "--controller", "https://x", "--cred", "abcdefghijklmnop", target}, 2, "controller"},
+		{[]string{"flash", "--image", src, "--node", "n"}, 2, "usage"},
+		{[]string{"flash", "--image", src, "--node", "n", "--cred", "abcdefghijklmnop", "--yes", src}, 1, "is the source image"},
+		{[]string{"flash", "--image", src, "--node", "n", "--cred", "abcdefghijklmnop", "--yes", dir}, 1, "not a regular file or block device"},
+		{[]string{"flash", "--image", filepath.Join(dir, "none.img"), "--node", "n", target}, 1, "no such file"},
+		{[]string{"flash", "--list", "extra"}, 2, "--list takes no other arguments"},
+	} {
+		code, msg := captureRun(t, tc.args...)
+		if code != tc.code || !strings.Contains(msg, tc.want) {
+			t.Errorf("dpxe %s: exit %d, want %d with %q:\n%s", strings.Join(tc.args, " "), code, tc.code, tc.want, msg)
+		}
+	}
+	if fileExists(target) {
+		t.Error("a refused flash created the target")
+	}
+}
+
+// TestFlashList lists a fake removable device whose node is a flashed
+// image file, and a blank one, through a fake sysfs.
+func TestFlashList(t *testing.T) {
+	src := flashSource(t)
+	root := t.TempDir()
+	w := func(p, s string) {
+		p = filepath.Join(root, p)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, []byte(s+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range []struct{ name, dev, model string }{{"sdx", "8:240", "Cruzer"}, {"sdy", "8:224", "Blank"}} {
+		dir := "sys/devices/usb/block/" + d.name
+		w(dir+"/dev", d.dev)
+		w(dir+"/size", "131072")
+		w(dir+"/removable", "1")
+		w(dir+"/device/vendor", "ACME")
+		w(dir+"/device/model", d.model)
+		os.MkdirAll(filepath.Join(root, "sys/block"), 0o755)
+		os.MkdirAll(filepath.Join(root, "sys/dev/block"), 0o755)
+		os.Symlink(filepath.Join(root, dir), filepath.Join(root, "sys/block", d.name))
+		os.Symlink(filepath.Join(root, dir), filepath.Join(root, "sys/dev/block", d.dev))
+	}
+	os.MkdirAll(filepath.Join(root, "dev"), 0o755)
+	if code, msg := captureRun(t, "flash", "--image", src, "--node", "listed-1", "--controller", "http://10.1.1.1:80", "--cred", "abcdefghijklmnop", "--yes", filepath.Join(root, "dev/sdx")); code != 0 {
+		t.Fatalf("flash: %s", msg)
+	}
+	if err := os.WriteFile(filepath.Join(root, "dev/sdy"), bytes.Repeat([]byte{0}, 64<<10), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	flashEnv = func() *flash.Env {
+		e := flash.System()
+		e.SysRoot, e.DevRoot = filepath.Join(root, "sys"), filepath.Join(root, "dev")
+		return e
+	}
+	defer func() { flashEnv = flash.System }()
+	code, msg := captureRun(t, "flash", "--list")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, msg)
+	}
+	lines := strings.Split(strings.TrimSpace(msg), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "DEVICE") {
+		t.Fatalf("want a header and two devices:\n%s", msg)
+	}
+	for i, want := range [][]string{
+		{filepath.Join(root, "dev/sdx"), "64.0 MiB", "yes", "ACME Cruzer", "yes", "listed-1", "http://10.1.1.1:80"},
+		{filepath.Join(root, "dev/sdy"), "64.0 MiB", "yes", "ACME Blank", "no", "-", "-"},
+	} {
+		got := strings.Join(strings.Fields(lines[i+1]), " ")
+		if !strings.HasPrefix(got, strings.Join(want, " ")) {
+			t.Errorf("line %d: %q, want %q", i+1, got, strings.Join(want, " "))
+		}
+	}
+}
