@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,6 +29,9 @@ import (
 // DefaultIPXEDir is where Debian's ipxe package installs undionly.kpxe,
 // ipxe.efi and snponly.efi.
 const DefaultIPXEDir = "/usr/lib/ipxe"
+
+// IPXEFiles are the iPXE binaries served from Config.IPXEDir.
+var IPXEFiles = []string{"undionly.kpxe", "ipxe.efi", "snponly.efi", "ipxe.pxe"}
 
 // Config configures a Server. Fields left zero take the documented default.
 type Config struct {
@@ -53,9 +57,9 @@ type Config struct {
 	BaseURL string
 	// Controller is the controller API URL put on kernel command lines.
 	Controller string
-	// BootDir holds kernel.bin (the image pipeline's output); IPXEDir the
-	// iPXE binaries (default DefaultIPXEDir). Both are served read-only,
-	// BootDir first.
+	// BootDir holds kernel.bin (the image pipeline's output); it is served
+	// read-only. IPXEDir holds the iPXE binaries (default DefaultIPXEDir);
+	// only the files named in IPXEFiles are served from it.
 	BootDir, IPXEDir string
 	// ScriptRetry is how long unapproved nodes wait before asking again.
 	ScriptRetry time.Duration
@@ -98,9 +102,16 @@ func New(ctx context.Context, cfg Config, inv inventory.Inventory, leases invent
 			cfg.BaseURL += ":" + port
 		}
 	}
-	roots, err := bootfiles.OpenRoots(cfg.BootDir, cfg.IPXEDir)
+	roots, err := bootfiles.OpenRoots(cfg.BootDir)
 	if err != nil {
 		return nil, fmt.Errorf("netboot: %w", err)
+	}
+	// Debian's ipxe package links ipxe.efi to /boot/ipxe.efi, outside its
+	// directory: publish the binaries by name instead of serving the tree.
+	for _, name := range IPXEFiles {
+		if err := roots.Publish(name, filepath.Join(cfg.IPXEDir, name)); err != nil {
+			cfg.Log.Warn("netboot: iPXE binary not available", "file", name, "dir", cfg.IPXEDir, "err", err)
+		}
 	}
 	s := &Server{cfg: cfg, log: cfg.Log, roots: roots}
 	s.track = newTracker(inv, cfg.Log)

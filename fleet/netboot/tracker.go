@@ -109,7 +109,9 @@ func (t *tracker) transfer(tr tftp.Transfer) {
 		return
 	}
 	detail := fmt.Sprintf("%s: %d bytes in %s", tr.File, tr.Bytes, tr.Duration.Round(time.Millisecond))
-	if tr.Err != nil {
+	if tr.Probe {
+		detail = fmt.Sprintf("%s: size probe (client ended it after the option negotiation)", tr.File)
+	} else if tr.Err != nil {
 		detail = fmt.Sprintf("%s: failed after %d bytes: %v", tr.File, tr.Bytes, tr.Err)
 	}
 	t.Event(inventory.Event{MAC: mac, Stage: inventory.StageTFTPFile, Detail: detail, At: time.Now()})

@@ -402,8 +402,12 @@ func (e *bootEnv) boot(mac, tap string, fw qemu.Firmware, nic string) *node {
 		t.Fatal(err)
 	}
 	dev := "e1000,romfile=/usr/lib/ipxe/qemu/pxe-e1000.rom"
-	if nic == "virtio" {
+	switch nic {
+	case "virtio":
 		dev = "virtio-net-pci,romfile=/usr/lib/ipxe/qemu/efi-virtio.rom"
+	case "virtio-noipxe":
+		// No option ROM: OVMF's own virtio-net driver and PXE stack.
+		dev = "virtio-net-pci,romfile="
 	}
 	n := &node{mac: mac, tap: tap, fw: fw, nic: nic, serial: &syncBuffer{}, done: make(chan *qemu.Result, 1)}
 	qctx, cancel := context.WithCancel(ctx)

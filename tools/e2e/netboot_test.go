@@ -71,6 +71,26 @@ func TestNetbootAuthoritativeOVMF(t *testing.T) {
 	t.Logf("OVMF/virtio-net: booted %s after QEMU start\n%s", took.Round(time.Millisecond), e.timeline(mac))
 }
 
+// TestNetbootUEFIPXEChain: OVMF's own PXE stack (no iPXE ROM) asks as
+// option 93 = 7, gets ipxe.efi over TFTP from Debian's ipxe package, and
+// the chained iPXE comes back for its script: the full BIOS-less path.
+func TestNetbootUEFIPXEChain(t *testing.T) {
+	e := newBootEnv(t, "authoritative")
+	const mac = "52-54-00-d7-00-04"
+	e.approve(mac, "node-chain")
+	n := e.boot(mac, "tap0", qemu.OVMF, "virtio-noipxe")
+	took := e.waitBooted(n, "node-chain", 120*time.Second)
+	st := e.stages(mac)
+	if !hasInOrder(st, "dhcp_offer", "dhcp_ack", "tftp_file", "dhcp_offer", "dhcp_ack", "script_fetched", "kernel_fetched") {
+		t.Fatalf("timeline:\n%s", e.timeline(mac))
+	}
+	recs, _ := e.inv.Nodes(context.Background())
+	if len(recs) != 1 || recs[0].Firmware != inventory.FirmwareIPXE {
+		t.Fatalf("inventory: %+v", recs)
+	}
+	t.Logf("OVMF PXE → TFTP ipxe.efi → iPXE → HTTP: booted %s after QEMU start\n%s", took.Round(time.Millisecond), e.timeline(mac))
+}
+
 // TestNetbootProxy: a separate DHCP server (busybox udhcpd, addresses
 // only) runs on the same network; we answer as ProxyDHCP and the node
 // still boots from us.

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"path/filepath"
 	"strings"
 )
 
@@ -62,9 +63,40 @@ func CleanPath(name string) (string, error) {
 // holding a name wins. Symbolic links are followed only while they stay
 // inside their directory (os.Root enforces this in the kernel's openat2 or
 // by walking, so a link to /etc/shadow is refused).
+//
+// Single files can also be published by name (Publish), for binaries that
+// live among other files, such as Debian's /usr/lib/ipxe, whose ipxe.efi is
+// a symbolic link to /boot/ipxe.efi: only the published names are served.
 type Roots struct {
-	roots []*os.Root
-	dirs  []string
+	roots     []*os.Root
+	dirs      []string
+	published map[string]string // clean name → resolved path
+}
+
+// Publish serves the file at path under name. The operator's path is
+// resolved once, now (symbolic links included); clients can reach nothing
+// else through it.
+func (r *Roots) Publish(name, path string) error {
+	clean, err := CleanPath(name)
+	if err != nil {
+		return err
+	}
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return fmt.Errorf("bootfiles: publish %s: %w", name, err)
+	}
+	st, err := os.Stat(real)
+	if err != nil {
+		return fmt.Errorf("bootfiles: publish %s: %w", name, err)
+	}
+	if !st.Mode().IsRegular() {
+		return fmt.Errorf("%w: %s", ErrNotRegular, path)
+	}
+	if r.published == nil {
+		r.published = map[string]string{}
+	}
+	r.published[clean] = real
+	return nil
 }
 
 // OpenRoots opens dirs for serving.
@@ -96,6 +128,18 @@ func (r *Roots) Open(name string) (*os.File, int64, error) {
 	clean, err := CleanPath(name)
 	if err != nil {
 		return nil, 0, err
+	}
+	if real, ok := r.published[clean]; ok {
+		f, err := os.Open(real)
+		if err != nil {
+			return nil, 0, fmt.Errorf("%w: %s: %v", ErrNotFound, clean, err)
+		}
+		st, err := f.Stat()
+		if err != nil || !st.Mode().IsRegular() {
+			f.Close()
+			return nil, 0, fmt.Errorf("%w: %s", ErrNotRegular, clean)
+		}
+		return f, st.Size(), nil
 	}
 	for _, root := range r.roots {
 		f, err := root.Open(clean)

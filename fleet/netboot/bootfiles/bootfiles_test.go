@@ -59,6 +59,34 @@ func TestRootsOrderAndConfinement(t *testing.T) {
 			t.Errorf("Open(%q) = %q, want %q", c.name, b, c.want)
 		}
 	}
+	// A published file is served by its name even through a link that
+	// leaves every root; nothing else beside it is.
+	ipxeDir := filepath.Join(dir, "ipxe")
+	os.Mkdir(ipxeDir, 0o755)
+	os.WriteFile(filepath.Join(dir, "real-ipxe.efi"), []byte("EFI"), 0o644)
+	os.Symlink(filepath.Join(dir, "real-ipxe.efi"), filepath.Join(ipxeDir, "ipxe.efi"))
+	if err := r.Publish("ipxe.efi", filepath.Join(ipxeDir, "ipxe.efi")); err != nil {
+		t.Fatal(err)
+	}
+	if f, _, err := r.Open("ipxe.efi"); err != nil {
+		t.Fatalf("published file: %v", err)
+	} else {
+		b := make([]byte, 3)
+		f.Read(b)
+		f.Close()
+		if string(b) != "EFI" {
+			t.Fatalf("published ipxe.efi = %q (the roots' own ipxe.efi shadows it?)", b)
+		}
+	}
+	if _, _, err := r.Open("real-ipxe.efi"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("unpublished neighbour: %v", err)
+	}
+	if err := r.Publish("../x", filepath.Join(ipxeDir, "ipxe.efi")); err == nil {
+		t.Fatal("published under a traversing name")
+	}
+	if err := r.Publish("gone", filepath.Join(ipxeDir, "gone")); err == nil {
+		t.Fatal("published a missing file")
+	}
 	if _, err := OpenRoots(filepath.Join(dir, "missing")); err == nil {
 		t.Error("OpenRoots accepted a missing directory")
 	}

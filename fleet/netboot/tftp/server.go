@@ -26,6 +26,9 @@ type Transfer struct {
 	Bytes    int64  // bytes handed to the engine
 	Duration time.Duration
 	Err      error // nil when every byte was handed over
+	// Probe is set when the client ended the transfer itself before any
+	// data: UEFI PXE asks for tsize first and aborts (RFC 2349 use).
+	Probe bool
 }
 
 // Server is the read-only TFTP service. Set the fields, then call Serve.
@@ -233,6 +236,10 @@ func (s *Server) serveRead(w packtftp.ReadRequest) {
 	w.WriteSize(size)
 	n, err := io.Copy(w, f)
 	tr.Bytes, tr.Err = n, err
+	if err != nil && n == 0 && packtftp.IsRemoteError(err) {
+		tr.Probe, tr.Err = true, nil
+		return
+	}
 	if err != nil {
 		s.log().Info("tftp: transfer failed", "client", tr.Client, "file", tr.File, "bytes", n, "err", err)
 	}
