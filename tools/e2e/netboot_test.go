@@ -93,8 +93,32 @@ func TestNetbootUEFIPXEChain(t *testing.T) {
 
 // TestNetbootProxy: a separate DHCP server (busybox udhcpd, addresses
 // only) runs on the same network; we answer as ProxyDHCP and the node
-// still boots from us.
+// still boots from us: QEMU's iPXE ROM on SeaBIOS, and OVMF's own PXE
+// stack, which gets its file from the port-4011 exchange.
 func TestNetbootProxy(t *testing.T) {
+	t.Run("seabios-ipxe", func(t *testing.T) {
+		e, _, mac := proxyBoot(t, qemu.SeaBIOS, "e1000", "52-54-00-d7-00-03", "node-proxy")
+		// iPXE takes the script URL from our ProxyDHCP offer (PXE
+		// discovery control 8), without the port-4011 exchange.
+		if !hasInOrder(e.stages(mac), "dhcp_offer", "script_fetched", "kernel_fetched") {
+			t.Fatalf("timeline:\n%s", e.timeline(mac))
+		}
+	})
+	t.Run("ovmf-pxe", func(t *testing.T) {
+		e, _, mac := proxyBoot(t, qemu.OVMF, "virtio-noipxe", "52-54-00-d7-00-05", "node-proxy-uefi")
+		if !hasInOrder(e.stages(mac), "dhcp_offer", "dhcp_ack", "tftp_file", "script_fetched", "kernel_fetched") {
+			t.Fatalf("timeline:\n%s", e.timeline(mac))
+		}
+		if !strings.Contains(e.timeline(mac), "pxe-4011 file=ipxe.efi") {
+			t.Fatalf("no port-4011 exchange:\n%s", e.timeline(mac))
+		}
+	})
+}
+
+// proxyBoot starts udhcpd (addresses from .50-.90, server .2) and our
+// proxy on one network, boots a node and checks it got its address from
+// udhcpd and its boot from us.
+func proxyBoot(t *testing.T, fw qemu.Firmware, nic, mac, id string) (*bootEnv, *node, string) {
 	e := newBootEnv(t, "proxy")
 	ctx := context.Background()
 	site := e.prefix.Addr().Next().Next() // .2
@@ -130,16 +154,9 @@ option lease 600
 		}
 	})
 
-	const mac = "52-54-00-d7-00-03"
-	e.approve(mac, "node-proxy")
-	n := e.boot(mac, "tap0", qemu.SeaBIOS, "e1000")
-	took := e.waitBooted(n, "node-proxy", 90*time.Second)
-	// iPXE takes the script URL from our ProxyDHCP offer (PXE discovery
-	// control 8); PXE ROMs that insist on the port-4011 exchange add a
-	// dhcp_ack "pxe-4011" step, covered by the dhcp package's tests.
-	if !hasInOrder(e.stages(mac), "dhcp_offer", "script_fetched", "kernel_fetched") {
-		t.Fatalf("timeline:\n%s", e.timeline(mac))
-	}
+	e.approve(mac, id)
+	n := e.boot(mac, "tap0", fw, nic)
+	took := e.waitBooted(n, id, 120*time.Second)
 	// The address came from udhcpd's range, not from us.
 	recs, _ := e.inv.Nodes(ctx)
 	if len(recs) != 1 {
@@ -153,6 +170,7 @@ option lease 600
 		t.Fatalf("proxy mode stored leases: %+v", ls)
 	}
 	t.Logf("proxy beside udhcpd: node at %s booted %s after QEMU start\n%s", ip, took.Round(time.Millisecond), e.timeline(mac))
+	return e, n, mac
 }
 
 // TestNetbootTwoNodes: two nodes booting at once get different addresses
