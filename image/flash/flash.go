@@ -133,7 +133,7 @@ func Flash(ctx context.Context, opts Options) (*Result, error) {
 	}
 	start = time.Now()
 	prog = NewProgress(opts.Progress, "verify", size)
-	vr, err := verify(ctx, t.Path, src, size, st.Sum, prog)
+	vr, err := verify(ctx, t.Path, src, size, prog)
 	prog.Finish()
 	res.VerifyTime, res.VerifyDirect, res.SHA256 = time.Since(start), vr.Direct, vr.Sum
 	if err != nil {

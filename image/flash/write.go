@@ -2,10 +2,12 @@ package flash
 
 import (
 	"context"
-	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+
+	"golang.org/x/sys/unix"
 )
 
 const (
@@ -19,26 +21,29 @@ const (
 
 // writeStats is what writeImage did.
 type writeStats struct {
-	Written int64    // bytes written to the target
-	Skipped int64    // bytes of zeros not written (seeked over)
-	Sum     [32]byte // SHA-256 of the whole source
+	Written int64 // bytes written to the target
+	Skipped int64 // bytes of zeros not written (seeked over)
 }
 
 type chunk struct {
-	off int64
-	buf []byte
-	n   int
-	err error
+	off  int64
+	buf  []byte // nil for a hole of the source
+	n    int
+	err  error
+	hole bool
 }
 
-// writeImage copies size bytes of src to dst at the same offsets. With
-// skipZero, every 4 KiB block of zeros is left out (the caller guarantees
-// the target already reads as zeros there); other bytes are written in runs
-// as long as possible. Reading and hashing run one chunk ahead of writing,
-// so the two cores overlap them. It does not sync.
-func writeImage(ctx context.Context, dst io.WriterAt, src io.ReaderAt, size int64, skipZero bool, prog *Progress) (writeStats, error) {
+// writeImage copies size bytes of src to dst at the same offsets. Holes of
+// src (found with SEEK_DATA/SEEK_HOLE) are not read. With skipZero, holes
+// and 4 KiB blocks of zeros are not written either (the caller guarantees
+// the target already reads as zeros there); without it they are written
+// from a zero buffer. Data is written in runs as long as possible. Reading
+// runs up to two chunks ahead of writing. It does not sync.
+//
+// It does not hash: the read-back compares every byte with src and hashes
+// both sides, so the write runs at the speed of the target.
+func writeImage(ctx context.Context, dst io.WriterAt, src *os.File, size int64, skipZero bool, prog *Progress) (writeStats, error) {
 	var st writeStats
-	h := sha256.New()
 	const depth = 2
 	free := make(chan []byte, depth+1)
 	for i := 0; i < depth+1; i++ {
@@ -49,26 +54,46 @@ func writeImage(ctx context.Context, dst io.WriterAt, src io.ReaderAt, size int6
 	defer cancel()
 	go func() {
 		defer close(full)
-		for off := int64(0); off < size; off += ChunkSize {
-			var buf []byte
+		send := func(c chunk) bool {
 			select {
-			case buf = <-free:
+			case full <- c:
+				return true
 			case <-rctx.Done():
-				return
+				return false
 			}
-			n := int(min(ChunkSize, size-off))
-			got, err := src.ReadAt(buf[:n], off)
-			if err == io.EOF && got == n {
-				err = nil
+		}
+		for _, ext := range extents(src, size) {
+			for off := ext.off; off < ext.end; {
+				n := int(min(ChunkSize-off%ChunkSize, ext.end-off)) // keep chunks 4 MiB aligned
+				if !ext.data {
+					if !send(chunk{off: off, n: n, hole: true}) {
+						return
+					}
+					off += int64(n)
+					continue
+				}
+				var buf []byte
+				select {
+				case buf = <-free:
+				case <-rctx.Done():
+					return
+				}
+				got, err := src.ReadAt(buf[:n], off)
+				if err == io.EOF && got == n {
+					err = nil
+				}
+				if err != nil {
+					send(chunk{off: off, err: fmt.Errorf("reading the image at %d: %w", off, err)})
+					return
+				}
+				if !send(chunk{off: off, buf: buf, n: n}) {
+					return
+				}
+				off += int64(n)
 			}
-			if err != nil {
-				full <- chunk{off: off, err: fmt.Errorf("reading the image at %d: %w", off, err)}
-				return
-			}
-			h.Write(buf[:n])
-			full <- chunk{off: off, buf: buf, n: n}
 		}
 	}()
+	var zeroChunk []byte
 	for c := range full {
 		if c.err != nil {
 			return st, c.err
@@ -76,28 +101,77 @@ func writeImage(ctx context.Context, dst io.WriterAt, src io.ReaderAt, size int6
 		if err := ctx.Err(); err != nil {
 			return st, err
 		}
-		b := c.buf[:c.n]
-		if !skipZero {
-			if _, err := dst.WriteAt(b, c.off); err != nil {
+		switch {
+		case c.hole && skipZero:
+			st.Skipped += int64(c.n)
+		case c.hole:
+			if zeroChunk == nil {
+				zeroChunk = make([]byte, ChunkSize)
+			}
+			if _, err := dst.WriteAt(zeroChunk[:c.n], c.off); err != nil {
 				return st, fmt.Errorf("writing at %d: %w", c.off, err)
 			}
-			st.Written += int64(len(b))
-		} else {
-			w, err := writeNonZero(dst, b, c.off)
+			st.Written += int64(c.n)
+		case !skipZero:
+			if _, err := dst.WriteAt(c.buf[:c.n], c.off); err != nil {
+				return st, fmt.Errorf("writing at %d: %w", c.off, err)
+			}
+			st.Written += int64(c.n)
+		default:
+			w, err := writeNonZero(dst, c.buf[:c.n], c.off)
 			st.Written += w
-			st.Skipped += int64(len(b)) - w
+			st.Skipped += int64(c.n) - w
 			if err != nil {
 				return st, err
 			}
 		}
 		prog.Add(int64(c.n))
-		free <- c.buf
+		if c.buf != nil {
+			free <- c.buf
+		}
 	}
-	if err := ctx.Err(); err != nil {
-		return st, err
+	return st, ctx.Err()
+}
+
+// extent is a range of the source that holds data or is a hole.
+type extent struct {
+	off, end int64
+	data     bool
+}
+
+// extents maps the first size bytes of f into data and holes with
+// SEEK_DATA/SEEK_HOLE (lseek(2)). Where the file system does not support
+// them, the whole file is one data extent. A hole reported wrongly would
+// not go unnoticed: the read-back compares against ordinary reads of f.
+func extents(f *os.File, size int64) []extent {
+	all := []extent{{0, size, true}}
+	fd := int(f.Fd())
+	var out []extent
+	for off := int64(0); off < size; {
+		data, err := unix.Seek(fd, off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) { // no data after off
+			out = append(out, extent{off, size, false})
+			break
+		}
+		if err != nil {
+			return all
+		}
+		data = min(data, size)
+		if data > off {
+			out = append(out, extent{off, data, false})
+		}
+		if data >= size {
+			break
+		}
+		hole, err := unix.Seek(fd, data, unix.SEEK_HOLE)
+		if err != nil {
+			return all
+		}
+		hole = min(hole, size)
+		out = append(out, extent{data, hole, true})
+		off = hole
 	}
-	copy(st.Sum[:], h.Sum(nil))
-	return st, nil
+	return out
 }
 
 // writeNonZero writes the runs of b that are not whole 4 KiB blocks of
