@@ -301,3 +301,57 @@ func TestFlashList(t *testing.T) {
 		}
 	}
 }
+
+// TestFlashCommandLoopDevice runs `dpxe flash` on a loop device backed by a
+// file in t.TempDir() (root and losetup only) and reads the config back
+// with `dpxe config show`.
+func TestFlashCommandLoopDevice(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("loop devices need root")
+	}
+	if _, err := exec.LookPath("losetup"); err != nil {
+		t.Skip("losetup not installed")
+	}
+	src := flashSource(t)
+	srcSum := sumFile(t, src)
+	api, token := testController(t)
+	backing := filepath.Join(t.TempDir(), "backing.img")
+	if err := os.WriteFile(backing, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(backing, image.USBImageSize); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("losetup", "--find", "--show", backing).CombinedOutput()
+	if err != nil {
+		t.Skipf("losetup: %v: %s", err, out)
+	}
+	dev := strings.TrimSpace(string(out))
+	t.Cleanup(func() {
+		if out, err := exec.Command("losetup", "--detach", dev).CombinedOutput(); err != nil {
+			t.Errorf("losetup --detach %s: %v: %s", dev, err, out)
+		}
+	})
+	args := []string{"flash", "--image", src, "--node", "loop-cli-1", "--controller", "http://10.0.0.5:8080", "--api", api, "--admin-token-file", token, "--yes", dev}
+	code, msg := captureRun(t, args...)
+	if code != 1 || !strings.Contains(msg, "is not a removable device") || !strings.Contains(msg, "--force") {
+		t.Fatalf("without --force: exit %d\n%s", code, msg)
+	}
+	if nodeStatus(t, api, token, "loop-cli-1") != http.StatusNotFound {
+		t.Error("a refused flash created the node at the controller")
+	}
+	code, msg = captureRun(t, append([]string{"flash", "--force"}, args[1:]...)...)
+	if code != 0 || !strings.Contains(msg, "read back with O_DIRECT") {
+		t.Fatalf("with --force: exit %d\n%s", code, msg)
+	}
+	code, msg = captureRun(t, "config", "show", dev)
+	if code != 0 || !strings.Contains(msg, "# effective: node=loop-cli-1 controller=http://10.0.0.5:8080 cred=********") {
+		t.Errorf("dpxe config show %s: exit %d\n%s", dev, code, msg)
+	}
+	if c := flashedConfig(t, dev); checkIn(t, api, "loop-cli-1", c.Credential) != http.StatusOK {
+		t.Error("the credential on the loop device does not check in")
+	}
+	if sumFile(t, src) != srcSum {
+		t.Fatal("the source image changed")
+	}
+}
