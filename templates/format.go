@@ -22,7 +22,7 @@ func utoa64(v uint64) string { return strconv.FormatUint(v, 10) }
 // because a large map has thousands of cells.
 var cellHTML = func() (out [view.NumStates]string) {
 	for s := view.State(0); s < view.NumStates; s++ {
-		out[s] = `<i class="` + s.Class() + `">` + s.Letter() + `</i>`
+		out[s] = `<i class=` + s.Class() + `>` + s.Letter() + `</i>`
 	}
 	return out
 }()

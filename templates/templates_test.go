@@ -35,10 +35,10 @@ func TestComponents(t *testing.T) {
 		{"state badge has letter and name", StateBadge(view.Fatal),
 			[]string{`class="badge s-f"`, `>F</abbr>`, "FATAL"}, nil},
 		{"countdown live", LeaseCountdown(view.Countdown{Deadline: now.Add(23 * time.Second), Now: now}),
-			[]string{`class="countdown"`, "in 23 s", `data-deadline="` + view.Millis(now.Add(23*time.Second)) + `"`}, []string{"urgent"}},
+			[]string{`class="countdown"`, "in 23 s", `datetime="2026-11-29T12:00:23.000Z"`}, []string{"urgent"}},
 		{"countdown urgent", LeaseCountdown(view.Countdown{Deadline: now.Add(4 * time.Second), Now: now}),
 			[]string{`class="countdown urgent"`, "in 4 s"}, nil},
-		{"countdown none", LeaseCountdown(view.Countdown{Now: now}), []string{"no lease"}, []string{"data-deadline"}},
+		{"countdown none", LeaseCountdown(view.Countdown{Now: now}), []string{"no lease"}, []string{"datetime"}},
 		{"layout logged in", Layout(page), []string{`<html lang="en">`, `aria-current="page">Nodes</a>`,
 			`name="csrf" value="tok123"`, "Log out", `data-now="`}, []string{"live-status"}},
 		{"layout logged out", Layout(view.Page{Title: "Log in"}), []string{"<title>Log in · dpxe</title>"}, []string{"<nav", "Log out"}},
@@ -58,17 +58,23 @@ func TestComponents(t *testing.T) {
 			{NodeID: "n1", Href: "/nodes/n1", Start: 0, End: 2, Cells: []view.State{view.Ready, view.Pending, view.Fatal}, Counts: counts(view.Ready, view.Pending, view.Fatal)},
 			{Start: 3, End: 3, Cells: []view.State{view.Unowned}, Counts: counts(view.Unowned)}}}),
 			[]string{`data-block="1"`, "one cell each", `<a href="/nodes/n1">n1</a>`, `<span class="range">0–2</span>`,
-				`<i class="s-r">R</i><i class="s-p">P</i><i class="s-f">F</i>`, "No owner", `<i class="s-u">U</i>`,
+				`<i class=s-r>R</i><i class=s-p>P</i><i class=s-f>F</i>`, "No owner", `<i class=s-u>U</i>`, `id="g0"`, `id="map-head"`,
 				`data-start="3"`, "PENDING", `aria-hidden="true"`},
 			[]string{"per cell"}},
 		{"shard map aggregated", ShardMapPanel(view.ShardMap{Total: 131072, BlockSize: 32}),
 			[]string{"131072 shards, 32 per cell", `data-block="32"`}, nil},
-		{"draining group", MapGroup(view.MapGroup{NodeID: "n2", Draining: true, Cells: []view.State{view.Held}}),
-			[]string{`class="group draining"`, `<span class="tag">draining</span>`, `<i class="s-a">A</i>`}, nil},
-		{"node row", NodeTableRow(view.NodeRow{ID: "n<1>", Href: "/nodes/n%3C1%3E", Address: "10.0.0.9", Capacity: 64, Range: "0–63",
-			Ready: 60, Pending: 4, Status: "draining", Draining: true, Lease: view.Countdown{Deadline: now.Add(time.Minute), Now: now}, LastCheckin: "3 s ago"}),
-			[]string{`<tr class="st-draining">`, `<th scope="row"><a href="/nodes/n%3C1%3E">n&lt;1&gt;</a></th>`, "10.0.0.9", `title="PENDING">4<`,
-				"in 1 min", `tag-draining">draining`}, []string{"n<1>"}},
+		{"draining group", MapGroup(view.MapGroup{NodeID: "n2", Start: 8, End: 8, Draining: true, Cells: []view.State{view.Held}, Counts: counts(view.Held)}, false),
+			[]string{`id="g8"`, `class="group draining"`, `<span class="tag">draining</span>`, `<i class=s-a>A</i>`, `<span class="s-a">1 A</span>`}, nil},
+		{"compact tile all ready", MapGroup(view.MapGroup{NodeID: "n3", Href: "/nodes/n3", Start: 64, End: 127, Cells: []view.State{view.Ready, view.Ready}, Counts: [view.NumStates]int{view.Ready: 64}}, true),
+			[]string{`id="g64"`, `class="tile"`, `title="64–127"`, `<a href="/nodes/n3">n3</a>`}, []string{"<h3>", `class="sum"`}},
+		{"compact tile with trouble", MapGroup(view.MapGroup{NodeID: "n3", Start: 0, End: 63, Cells: []view.State{view.Fatal, view.Ready}, Counts: [view.NumStates]int{view.Ready: 60, view.Fatal: 4}}, true),
+			[]string{`<span class="s-f">4 F</span>`}, []string{"60 R"}},
+		{"node row", NodeTableRow(view.NodeRow{ID: "n<1>", Href: "/nodes/n%3C1%3E", Address: "10.0.0.9", MAC: "52-54-00-00-00-09", Capacity: 64, Range: "0–63",
+			Ready: 60, Pending: 4, Status: "draining", Draining: true, Lease: view.Countdown{Deadline: now.Add(time.Minute), Now: now}, LastCheckin: "3 s ago"}, false),
+			[]string{`<th scope="row"><a href="/nodes/n%3C1%3E">n&lt;1&gt;</a></th>`, "10.0.0.9", `<td class="n warn">4</td>`,
+				"in 1 min", `tag-draining">draining`}, []string{"n<1>", "52-54-00-00-00-09"}},
+		{"node row with netboot", NodeTableRow(view.NodeRow{ID: "n1", IP: "10.0.0.7", Address: "10.0.0.9", MAC: "52-54-00-00-00-09", Firmware: "uefi", BootStage: "checkin", Status: "live"}, true),
+			[]string{"<td>52-54-00-00-00-09</td>", "<td>10.0.0.7</td>", "<td>uefi</td>", "<td>checkin</td>"}, []string{"10.0.0.9"}},
 		{"empty fleet", EmptyFleet(), []string{"No nodes yet: here is how to boot one", "dpxe nodes add"}, nil},
 		{"drain confirm", DrainConfirmPage(view.DrainConfirm{Page: page, NodeID: "n1", Drain: true, Range: "0–9", Count: 10,
 			Moves: []view.Move{{To: "n2", Range: "0–4", Count: 5}, {To: "n3", Range: "5–9", Count: 5}}}),
@@ -129,7 +135,7 @@ func TestCellsMatchesStates(t *testing.T) {
 	var want strings.Builder
 	for s := view.State(0); s < view.NumStates; s++ {
 		all = append(all, s)
-		want.WriteString(`<i class="` + s.Class() + `">` + s.Letter() + `</i>`)
+		want.WriteString(`<i class=` + s.Class() + `>` + s.Letter() + `</i>`)
 	}
 	if got := render(t, Cells(all)); got != want.String() {
 		t.Fatalf("Cells:\n got %s\nwant %s", got, want.String())

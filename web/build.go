@@ -25,6 +25,10 @@ import (
 // 131,072-shard fleet at 32 shards per cell.
 const MaxMapCells = 4096
 
+// CompactGroups is the number of groups above which the shard map draws
+// groups as tiles rather than one headed row each.
+const CompactGroups = 48
+
 // stateOfCell converts a controller cell to a view state; the two enums
 // share their order (TestStateOrder checks it).
 func stateOfCell(c controller.ShardCell) view.State { return view.State(c) }
@@ -85,6 +89,7 @@ func BuildShardMap(m controller.ShardMapView, now time.Time) view.ShardMap {
 	if next < m.Total {
 		add(controller.ShardGroup{Start: next, Count: m.Total - next})
 	}
+	out.Compact = len(out.Groups) > CompactGroups
 	return out
 }
 

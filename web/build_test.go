@@ -169,7 +169,7 @@ func TestSortRows(t *testing.T) {
 			t.Errorf("sort %s desc=%v: %s, want %s", tc.key, tc.desc, got, tc.want)
 		}
 	}
-	cols := BuildColumns("lease", false)
+	cols := BuildColumns("lease", false, true)
 	for _, c := range cols {
 		if c.Key == "lease" && (c.Sort != "ascending" || c.Href != "/nodes?sort=lease&dir=desc") {
 			t.Errorf("active column %+v", c)
@@ -254,3 +254,22 @@ func TestSpanAndCountdown(t *testing.T) {
 }
 
 func urlValues(q string) (map[string][]string, error) { return url.ParseQuery(q) }
+
+func TestPageOf(t *testing.T) {
+	rows := make([]view.NodeRow, NodesPerPage*2+7)
+	for _, tc := range []struct {
+		q              string
+		n, pages, size int
+	}{
+		{"", 1, 3, NodesPerPage}, {"page=2", 2, 3, NodesPerPage}, {"page=3", 3, 3, 7}, {"page=99", 3, 3, 7}, {"page=x", 1, 3, NodesPerPage},
+	} {
+		q, _ := url.ParseQuery(tc.q)
+		got, n, pages := pageOf(rows, q)
+		if n != tc.n || pages != tc.pages || len(got) != tc.size {
+			t.Errorf("pageOf(%q) = %d rows, page %d of %d; want %d, %d of %d", tc.q, len(got), n, pages, tc.size, tc.n, tc.pages)
+		}
+	}
+	if got, n, pages := pageOf(nil, url.Values{}); len(got) != 0 || n != 1 || pages != 1 {
+		t.Errorf("empty: %d rows, page %d of %d", len(got), n, pages)
+	}
+}

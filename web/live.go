@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -84,8 +85,21 @@ func (sub *subscriber) take(now time.Time) []byte {
 
 // topic is one kind of live page with its subscribers.
 type topic struct {
-	subs map[*subscriber]struct{}
-	last map[string][]byte // last parts sent
+	subs   map[*subscriber]struct{}
+	last   map[string][]byte // last coarse parts: what a new subscriber gets
+	fine   map[string][]byte // last fine parts (shard-map head and groups)
+	layout string            // the fine parts' layout; fine updates apply only while it holds
+}
+
+// rendered is one rendering of a topic. Coarse parts are whole page
+// sections. Fine parts are pieces of the "shardmap" section (its head and
+// each group): while the layout (block size, which groups) is unchanged,
+// subscribers get only the fine parts that changed instead of the whole
+// map, which is most of a large fleet page.
+type rendered struct {
+	coarse map[string][]byte
+	fine   map[string][]byte
+	layout string
 }
 
 // hub renders topics and fans parts out to subscribers.
@@ -159,7 +173,7 @@ func (h *hub) publish(ctx context.Context) {
 	}
 	h.mu.Unlock()
 	for _, key := range keys {
-		parts, err := h.s.renderTopic(ctx, key)
+		r, err := h.s.renderTopic(ctx, key)
 		if err != nil {
 			h.s.log.Warn("dashboard: live update", "topic", key, "err", err)
 			continue
@@ -170,13 +184,24 @@ func (h *hub) publish(ctx context.Context) {
 			h.mu.Unlock()
 			continue
 		}
+		fineOK := r.fine != nil && t.fine != nil && r.layout == t.layout
 		changed := map[string][]byte{}
-		for id, v := range parts {
+		for id, v := range r.coarse {
+			if fineOK && id == "shardmap" {
+				continue
+			}
 			if !bytes.Equal(t.last[id], v) {
 				changed[id] = v
 			}
 		}
-		t.last = parts
+		if fineOK {
+			for id, v := range r.fine {
+				if !bytes.Equal(t.fine[id], v) {
+					changed[id] = v
+				}
+			}
+		}
+		t.last, t.fine, t.layout = r.coarse, r.fine, r.layout
 		subs := make([]*subscriber, 0, len(t.subs))
 		for sub := range t.subs {
 			subs = append(subs, sub)
@@ -198,7 +223,14 @@ func topicKey(q url.Values) (string, bool) {
 		return "fleet", true
 	case "nodes":
 		key, desc := sortKey(q)
-		return "nodes\x00" + key + "\x00" + strconv.FormatBool(desc), true
+		v := url.Values{"sort": {key}}
+		if desc {
+			v.Set("dir", "desc")
+		}
+		if p := q.Get("page"); p != "" {
+			v.Set("page", p)
+		}
+		return "nodes\x00" + v.Encode(), true
 	case "node":
 		if id := q.Get("id"); id != "" {
 			return "node\x00" + id, true
@@ -208,45 +240,73 @@ func topicKey(q url.Values) (string, bool) {
 }
 
 // renderTopic renders a topic's parts, each JSON-encoded.
-func (s *Server) renderTopic(ctx context.Context, key string) (map[string][]byte, error) {
-	comps := map[string]templ.Component{}
+func (s *Server) renderTopic(ctx context.Context, key string) (rendered, error) {
+	coarse := map[string]templ.Component{}
+	var fine map[string]templ.Component
+	var layout strings.Builder
 	p := view.Page{LoggedIn: true}
-	kind, rest, _ := bytes.Cut([]byte(key), []byte{0})
-	switch string(kind) {
+	kind, rest, _ := strings.Cut(key, "\x00")
+	switch kind {
 	case "fleet":
 		v := s.fleetView(ctx, p)
-		comps["totals"] = templates.TotalsPanel(v.Totals)
-		comps["budget"] = templates.BudgetPanel(v.Budget)
-		comps["identify"] = templates.IdentifyPanel(v.Identify)
-		comps["shardmap"] = templates.ShardMapPanel(v.Map)
+		coarse["totals"] = templates.TotalsPanel(v.Totals)
+		coarse["budget"] = templates.BudgetPanel(v.Budget)
+		coarse["identify"] = templates.IdentifyPanel(v.Identify)
+		coarse["shardmap"] = templates.ShardMapPanel(v.Map)
+		fine = map[string]templ.Component{"map-head": templates.ShardMapHead(v.Map)}
+		fmt.Fprintf(&layout, "%d %v", v.Map.BlockSize, v.Map.Compact)
+		for _, g := range v.Map.Groups {
+			fine[g.ID()] = templates.MapGroup(g, v.Map.Compact)
+			layout.WriteString(" " + g.ID())
+		}
 	case "nodes":
-		sk, dir, _ := bytes.Cut(rest, []byte{0})
-		rows, _ := s.nodeRows(ctx, string(sk), string(dir) == "true")
-		comps["node-rows"] = templates.NodeRows(rows)
+		q, _ := url.ParseQuery(rest)
+		key, desc := sortKey(q)
+		rows, _ := s.nodeRows(ctx, key, desc)
+		page, _, _ := pageOf(rows, q)
+		coarse["node-rows"] = templates.NodeRows(page, s.cfg.Netboot != nil)
 	case "node":
-		v, err := s.nodeView(ctx, p, string(rest), false)
+		v, err := s.nodeView(ctx, p, rest, false)
 		if err != nil {
-			return nil, err
+			return rendered{}, err
 		}
-		comps["node-summary"] = templates.NodeSummary(v)
-		comps["node-shards"] = templates.NodeShards(v)
+		coarse["node-summary"] = templates.NodeSummary(v)
+		coarse["node-shards"] = templates.NodeShards(v)
 	default:
-		return nil, fmt.Errorf("unknown topic %q", key)
+		return rendered{}, fmt.Errorf("unknown topic %q", key)
 	}
-	out := make(map[string][]byte, len(comps))
 	var buf bytes.Buffer
-	for id, c := range comps {
-		buf.Reset()
-		if err := c.Render(ctx, &buf); err != nil {
-			return nil, err
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // the payload is HTML: keep <, > and & as they are
+	encode := func(comps map[string]templ.Component) (map[string][]byte, error) {
+		if comps == nil {
+			return nil, nil
 		}
-		enc, err := json.Marshal(buf.String())
-		if err != nil {
-			return nil, err
+		out := make(map[string][]byte, len(comps))
+		var html bytes.Buffer
+		for id, c := range comps {
+			html.Reset()
+			if err := c.Render(ctx, &html); err != nil {
+				return nil, err
+			}
+			buf.Reset()
+			if err := enc.Encode(html.String()); err != nil {
+				return nil, err
+			}
+			out[id] = bytes.Clone(bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
 		}
-		out[id] = enc
+		return out, nil
 	}
-	return out, nil
+	var r rendered
+	var err error
+	if r.coarse, err = encode(coarse); err != nil {
+		return rendered{}, err
+	}
+	if r.fine, err = encode(fine); err != nil {
+		return rendered{}, err
+	}
+	r.layout = layout.String()
+	return r, nil
 }
 
 // live streams a topic's updates as server-sent events.

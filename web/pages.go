@@ -3,6 +3,7 @@ package web
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -133,11 +134,17 @@ func (s *Server) nodeRows(ctx context.Context, key string, desc bool) ([]view.No
 	return rows, s.cfg.Netboot != nil
 }
 
+// netbootColumns are the columns whose data come from netboot.
+var netbootColumns = []string{"mac", "firmware", "boot"}
+
 // BuildColumns makes the sortable headings: the active column links to
-// the opposite direction.
-func BuildColumns(key string, desc bool) []view.Column {
+// the opposite direction. Without netboot its columns are left out.
+func BuildColumns(key string, desc, netboot bool) []view.Column {
 	out := make([]view.Column, 0, len(nodeColumns))
 	for _, c := range nodeColumns {
+		if !netboot && slices.Contains(netbootColumns, c[0]) {
+			continue
+		}
 		col := view.Column{Key: c[0], Label: c[1], Sort: "none", Href: "/nodes?sort=" + c[0]}
 		if c[0] == key {
 			col.Sort = "ascending"
@@ -152,15 +159,49 @@ func BuildColumns(key string, desc bool) []view.Column {
 	return out
 }
 
-func (s *Server) nodes(w http.ResponseWriter, r *http.Request) {
-	key, desc := sortKey(r.URL.Query())
-	p := s.page(r, "Nodes", "nodes")
-	p.Live = "/live?topic=nodes&sort=" + key
-	if desc {
-		p.Live += "&dir=desc"
+// NodesPerPage is the number of rows of one page of the nodes table.
+const NodesPerPage = 500
+
+// pageOf cuts one page out of sorted rows (?page=, from 1) and returns it
+// with its number and the number of pages.
+func pageOf(rows []view.NodeRow, q url.Values) ([]view.NodeRow, int, int) {
+	pages := max(1, (len(rows)+NodesPerPage-1)/NodesPerPage)
+	n, err := strconv.Atoi(q.Get("page"))
+	if err != nil || n < 1 {
+		n = 1
 	}
+	n = min(n, pages)
+	lo := (n - 1) * NodesPerPage
+	return rows[lo:min(len(rows), lo+NodesPerPage)], n, pages
+}
+
+func (s *Server) nodes(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	key, desc := sortKey(q)
 	rows, nb := s.nodeRows(r.Context(), key, desc)
-	s.render(w, r, http.StatusOK, templates.NodesPage(view.Nodes{Page: p, Columns: BuildColumns(key, desc), Rows: rows, Netboot: nb}))
+	pageRows, n, pages := pageOf(rows, q)
+	p := s.page(r, "Nodes", "nodes")
+	base := url.Values{"sort": {key}}
+	if desc {
+		base.Set("dir", "desc")
+	}
+	live := url.Values{"topic": {"nodes"}, "sort": {key}, "page": {strconv.Itoa(n)}}
+	if desc {
+		live.Set("dir", "desc")
+	}
+	p.Live = "/live?" + live.Encode()
+	v := view.Nodes{Page: p, Columns: BuildColumns(key, desc, nb), Rows: pageRows, Total: len(rows), Netboot: nb}
+	if pages > 1 {
+		lo := (n-1)*NodesPerPage + 1
+		v.Showing = fmt.Sprintf(", showing %d–%d", lo, lo+len(pageRows)-1)
+		for i := 1; i <= pages; i++ {
+			base.Set("page", strconv.Itoa(i))
+			hi := min(len(rows), i*NodesPerPage)
+			v.Pages = append(v.Pages, view.PageLink{Label: fmt.Sprintf("%d–%d", (i-1)*NodesPerPage+1, hi),
+				Href: "/nodes?" + base.Encode(), Current: i == n})
+		}
+	}
+	s.render(w, r, http.StatusOK, templates.NodesPage(v))
 }
 
 // nodeEventLimit is how many events the node page shows.

@@ -141,7 +141,7 @@ func TestPagesWithoutJavaScript(t *testing.T) {
 		has    []string
 	}{
 		{"/", 200, []string{`id="shardmap"`, "node-a", "node-b", "node-c", "Plan generation", "Session-start budget", "Identify activity"}},
-		{"/nodes", 200, []string{"<table", `aria-sort="ascending"`, `href="/nodes/node-b"`, "data-deadline="}},
+		{"/nodes", 200, []string{"<table", `aria-sort="ascending"`, `href="/nodes/node-b"`, `class="countdown"`}},
 		{"/nodes?sort=pending&dir=desc", 200, []string{`aria-sort="descending"`}},
 		{"/nodes/node-a", 200, []string{"Node node-a", `id="drain"`, "Netboot is not enabled", "node_first_seen", `class="shard s-r"`}},
 		{"/guild?guild_id=" + url.QueryEscape("175928847299117063"), 200, []string{`id="route-shard">` + itoaU(want), route.NodeID}},
@@ -275,9 +275,17 @@ func TestLiveUpdates(t *testing.T) {
 	f.checkin("node-a")
 	for i := 0; i < 50; i++ {
 		parts = readEvent(t, sc)
-		if m, ok := parts["shardmap"]; ok && strings.Contains(m, `<i class="s-f">F</i>`) {
+		// Only node-a's group (shards 0..) and the map head change; the
+		// layout holds, so the whole map is not re-sent.
+		if g, ok := parts["g0"]; ok && strings.Contains(g, `<i class=s-f>F</i>`) {
+			if _, ok := parts["shardmap"]; ok {
+				t.Fatal("whole shard map re-sent though its layout did not change")
+			}
 			if _, ok := parts["budget"]; ok {
 				t.Fatal("unchanged part re-sent")
+			}
+			if !strings.Contains(parts["map-head"], "FATAL") {
+				t.Fatal("legend counts not updated with the group")
 			}
 			return
 		}

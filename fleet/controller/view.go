@@ -107,12 +107,11 @@ type BucketActivity struct {
 const identifyScanLimit = 20000
 
 // IdentifyActivity counts Identify grants and refusals per bucket since
-// the given time, from the audit log (newest first, at most
+// the given time, from the stored audit log (newest first, at most
 // identifyScanLimit events of each kind), with each bucket's latest grant.
+// It does not flush: the store is at most one flush period behind, and a
+// dashboard must not queue behind the controller's batched writes.
 func (c *Controller) IdentifyActivity(ctx context.Context, since time.Time) ([]BucketActivity, error) {
-	if err := c.Flush(ctx); err != nil {
-		return nil, err
-	}
 	out := make([]BucketActivity, c.cfg.MaxConcurrency)
 	for i := range out {
 		out[i].Bucket = uint32(i)
@@ -177,14 +176,14 @@ type EventFilter struct {
 	Limit  int   // 1..1000
 }
 
-// EventLog flushes pending writes and returns the newest audit-log entries
-// that match f, newest first.
+// EventLog returns the newest stored audit-log entries that match f,
+// newest first. Like IdentifyActivity it does not flush: entries of the
+// last flush period (batched writes, one second in dpxe serve) may be
+// missing; changes whose answer waits to be durable (drain, a new
+// generation, grants) are stored before that answer.
 func (c *Controller) EventLog(ctx context.Context, f EventFilter) ([]store.Event, error) {
 	if f.Limit < 1 || f.Limit > 1000 {
 		return nil, fmt.Errorf("%w: event limit %d out of range 1..1000", ErrConfig, f.Limit)
-	}
-	if err := c.Flush(ctx); err != nil {
-		return nil, err
 	}
 	var where []string
 	var args []any

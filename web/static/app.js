@@ -17,7 +17,7 @@
     var now = Date.now() + offset;
     var els = document.querySelectorAll("time.countdown");
     for (var i = 0; i < els.length; i++) {
-      var left = Number(els[i].dataset.deadline) - now;
+      var left = Date.parse(els[i].getAttribute("datetime")) - now;
       els[i].textContent = left <= 0 ? "expired" : "in " + span(left);
       els[i].classList.toggle("urgent", left < 10000);
     }

@@ -1,6 +1,9 @@
 package view
 
-import "time"
+import (
+	"strconv"
+	"time"
+)
 
 // Totals are the fleet's headline counts.
 type Totals struct {
@@ -59,12 +62,20 @@ type MapGroup struct {
 	Cells []State
 }
 
+// ID is the group's element ID, stable while the plan keeps its ranges.
+func (g MapGroup) ID() string { return "g" + strconv.FormatUint(uint64(g.Start), 10) }
+
+// Count is the number of shards in the group.
+func (g MapGroup) Count() int { return int(g.End-g.Start) + 1 }
+
 // ShardMap is every global shard as a cell, grouped by owning node.
 type ShardMap struct {
 	Total     uint32
 	BlockSize uint32 // shards per cell; 1 when every shard has its own
 	Groups    []MapGroup
 	Counts    [NumStates]int
+	// Compact draws groups as small tiles, for fleets of many nodes.
+	Compact bool
 }
 
 // Fleet is the fleet overview page.
@@ -104,12 +115,21 @@ type Column struct {
 	Sort string
 }
 
+// PageLink is one link of a pager.
+type PageLink struct {
+	Label, Href string
+	Current     bool
+}
+
 // Nodes is the nodes table page.
 type Nodes struct {
 	Page
 	Columns []Column
-	Rows    []NodeRow
-	Netboot bool // netboot is enabled (MAC, IP, firmware, boot stage columns have data)
+	Rows    []NodeRow // this page's rows
+	Total   int       // nodes in the inventory
+	Showing string    // ", showing 1–500", "" when all fit one page
+	Pages   []PageLink
+	Netboot bool // netboot is enabled: the MAC, firmware and boot stage columns are shown
 }
 
 // ShardRow is one shard of a node.

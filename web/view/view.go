@@ -78,6 +78,10 @@ func Stamp(t time.Time) string {
 	return t.UTC().Format("2006-01-02 15:04:05Z")
 }
 
+// ISO formats t for a datetime attribute, with milliseconds, in UTC; the
+// countdown script parses it.
+func ISO(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
+
 // Millis is t in Unix milliseconds as text (for data- attributes), "0" for
 // the zero time.
 func Millis(t time.Time) string {
