@@ -28,7 +28,7 @@ func init() {
 	})
 }
 
-const flashSynopsis = "--node NAME [--image out/usb.img] [--controller URL] [--cred CRED | --admin-token-file F [--rotate]] [--yes] [--force] DEVICE|FILE\n       dpxe flash --list [--all]"
+const flashSynopsis = "--node NAME [--image out/usb.img] [--controller URL] [--api URL] [--cred CRED | --admin-token-file F [--rotate]] [--yes] [--force] [--skip-zeroed=false] DEVICE|FILE\n       dpxe flash --list [--all]"
 
 // Seams for tests: the system the safety checks look at, and where the
 // confirmation is read from.
@@ -49,6 +49,7 @@ func runFlash(ctx context.Context, args []string) error {
 	rotate := fs.Bool("rotate", false, "the node exists: issue it a new credential (its old one stops working)")
 	yes := fs.Bool("yes", false, "do not ask for confirmation")
 	force := fs.Bool("force", false, "write to a device that is not reported as removable (no other check is overridden)")
+	skipZeroed := fs.Bool("skip-zeroed", true, "devices: read each range first and leave out the image's zero blocks the device already holds as zeros (false: write every byte)")
 	list := fs.Bool("list", false, "list removable block devices and whether they hold Discord-PXE media")
 	all := fs.Bool("all", false, "with --list: include devices that are not removable")
 	if err := parseFlags(fs, args); err != nil {
@@ -140,7 +141,7 @@ func runFlash(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	res, err := flash.Flash(ctx, flash.Options{Image: *img, Config: raw, Target: target, Force: *force, Env: env, Progress: os.Stderr})
+	res, err := flash.Flash(ctx, flash.Options{Image: *img, Config: raw, Target: target, Force: *force, SkipZeroed: *skipZeroed, Env: env, Progress: os.Stderr})
 	if err != nil {
 		if client != nil {
 			fmt.Fprintf(os.Stderr, "note: node %s's credential was %s but the flash failed; rerun with --rotate\n", *node, credAction)
@@ -153,7 +154,14 @@ func runFlash(ctx context.Context, args []string) error {
 	}
 	fmt.Printf("%s: flashed and verified %s (%d bytes, SHA-256 %s)\n", target, *img, res.Size, hex.EncodeToString(res.SHA256[:]))
 	fmt.Printf("  DPXE.CFG: %s\n", shown.String())
-	fmt.Printf("  wrote %d bytes, skipped %d zero bytes, write+sync %s, verify %s (%s)\n", res.Written, res.Skipped,
+	how := "holes of a new file"
+	if res.Target.Block {
+		how = "the device already held them"
+		if !res.Probed {
+			how = "none: every byte written"
+		}
+	}
+	fmt.Printf("  wrote %d bytes, skipped %d zero bytes (%s), write+sync %s, verify %s (%s)\n", res.Written, res.Skipped, how,
 		res.WriteTime.Round(time.Millisecond), res.VerifyTime.Round(time.Millisecond), verifyHow(res.VerifyDirect))
 	return nil
 }

@@ -341,8 +341,12 @@ func TestFlashCommandLoopDevice(t *testing.T) {
 		t.Error("a refused flash created the node at the controller")
 	}
 	code, msg = captureRun(t, append([]string{"flash", "--force"}, args[1:]...)...)
-	if code != 0 || !strings.Contains(msg, "read back with O_DIRECT") {
+	if code != 0 || !strings.Contains(msg, "read back with O_DIRECT") || !strings.Contains(msg, "(the device already held them)") {
 		t.Fatalf("with --force: exit %d\n%s", code, msg)
+	}
+	code, msg = captureRun(t, append([]string{"flash", "--force", "--rotate", "--skip-zeroed=false"}, args[1:]...)...)
+	if code != 0 || !strings.Contains(msg, "wrote 67108864 bytes, skipped 0 zero bytes (none: every byte written)") {
+		t.Fatalf("--skip-zeroed=false: exit %d\n%s", code, msg)
 	}
 	code, msg = captureRun(t, "config", "show", dev)
 	if code != 0 || !strings.Contains(msg, "# effective: node=loop-cli-1 controller=http://10.0.0.5:8080 cred=********") {

@@ -1,6 +1,7 @@
 package flash
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"os/exec"
@@ -8,6 +9,8 @@ import (
 	"sort"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Benchmarks run only with DPXE_BENCH=1 (make bench). Each one runs our
@@ -48,6 +51,12 @@ func personalised(b *testing.B) (string, int64) {
 
 // oursWrite times the write phase of Flash (open, write, fsync) on target.
 func oursWrite(b *testing.B, img string, size int64, target string, block bool) time.Duration {
+	return oursWriteProbe(b, img, size, target, block, false)
+}
+
+// oursWriteProbe is oursWrite; with probe, zero blocks the device already
+// holds are skipped (Options.SkipZeroed).
+func oursWriteProbe(b *testing.B, img string, size int64, target string, block, probe bool) time.Duration {
 	b.Helper()
 	src, err := os.Open(img)
 	if err != nil {
@@ -60,7 +69,16 @@ func oursWrite(b *testing.B, img string, size int64, target string, block bool) 
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := writeImage(context.Background(), dst, src, size, !block, nil); err != nil {
+	zp := zeroPolicy{Known: !block}
+	if probe {
+		p, err := os.OpenFile(target, os.O_RDONLY|unix.O_DIRECT, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer p.Close()
+		zp.Probe = p
+	}
+	if _, err := writeImage(context.Background(), dst, src, size, zp, nil); err != nil {
 		b.Fatal(err)
 	}
 	if err := dst.Sync(); err != nil {
@@ -148,6 +166,36 @@ func BenchmarkWriteLoop(b *testing.B) {
 		sideBySide(b, size,
 			func() time.Duration { return oursWrite(b, img, size, dev, true) },
 			func() time.Duration { return ddWrite(b, img, dev) })
+	}
+}
+
+// BenchmarkWriteLoopSkipZeroed: as BenchmarkWriteLoop, with SkipZeroed:
+// before each of our runs the device is filled with 0xff by dd (untimed)
+// for the "dirty" case, or holds the image already (after dd's run) for
+// the "same image" case, so the probe finds either no zeros or all of them.
+func BenchmarkWriteLoopSkipZeroed(b *testing.B) {
+	needBench(b)
+	img, size := personalised(b)
+	ff := filepath.Join(b.TempDir(), "ff.img")
+	if err := os.WriteFile(ff, bytes.Repeat([]byte{0xff}, int(size)), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	for _, tc := range []string{"dirty", "same-image"} {
+		b.Run(tc, func(b *testing.B) {
+			dev, _ := loopDevice(b, size, false)
+			for i := 0; i < b.N; i++ {
+				sideBySide(b, size,
+					func() time.Duration {
+						if tc == "dirty" {
+							ddWrite(b, ff, dev)
+						} else {
+							ddWrite(b, img, dev)
+						}
+						return oursWriteProbe(b, img, size, dev, true, true)
+					},
+					func() time.Duration { return ddWrite(b, img, dev) })
+			}
+		})
 	}
 }
 

@@ -35,6 +35,11 @@ type Options struct {
 	// Force writes to a device sysfs does not report as removable. It
 	// overrides no other check.
 	Force bool
+	// SkipZeroed, for block devices: read each range of the device (with
+	// O_DIRECT) just before writing it, and leave out the image's zero
+	// blocks the device already holds as zeros. Off, every byte is
+	// written. Regular files are always written sparsely.
+	SkipZeroed bool
 	// Env is the system the checks look at; nil means System().
 	Env *Env
 	// Progress receives the progress lines (usually os.Stderr); nil: quiet.
@@ -54,7 +59,8 @@ type Result struct {
 	Target       *Target
 	Size         int64         // image bytes
 	Written      int64         // bytes written
-	Skipped      int64         // zero bytes not written (regular-file targets)
+	Skipped      int64         // zero bytes not written: holes of a regular file, or zeros the device already held
+	Probed       bool          // the device was read before writing to find zeros it already holds (SkipZeroed)
 	SHA256       [32]byte      // of the personalised image, read back from the target
 	WriteTime    time.Duration // write and sync
 	VerifyTime   time.Duration
@@ -111,9 +117,19 @@ func Flash(ctx context.Context, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	zp := zeroPolicy{Known: !t.Block}
+	if t.Block && opts.SkipZeroed {
+		// The device is open O_EXCL for writing, so what this reads
+		// stays true until the write; the read-back checks it anyway.
+		if probe, err := os.OpenFile(t.Path, os.O_RDONLY|unix.O_DIRECT, 0); err == nil {
+			defer probe.Close()
+			zp.Probe = probe
+			res.Probed = true
+		}
+	}
 	start := time.Now()
 	prog := NewProgress(opts.Progress, "write", size)
-	st, err := writeImage(ctx, dst, src, size, !t.Block, prog)
+	st, err := writeImage(ctx, dst, src, size, zp, prog)
 	if err == nil {
 		err = dst.Sync()
 	}
@@ -198,7 +214,7 @@ func Personalize(src string, cfg []byte, dir string) (string, error) {
 	if err := prepareFile(out, st.Size()); err != nil {
 		return fail(err)
 	}
-	if _, err := writeImage(context.Background(), out, in, st.Size(), true, nil); err != nil {
+	if _, err := writeImage(context.Background(), out, in, st.Size(), zeroPolicy{Known: true}, nil); err != nil {
 		return fail(fmt.Errorf("copying %s: %w", src, err))
 	}
 	if err := out.Close(); err != nil {

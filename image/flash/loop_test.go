@@ -1,6 +1,7 @@
 package flash
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -246,4 +247,54 @@ func mountedLoop(t *testing.T, src string) (dev, mnt, what string) {
 		t.Skipf("mount ext4: %v", err)
 	}
 	return dev, m, "ext4 on " + dev
+}
+
+// TestFlashLoopSkipZeroed: with SkipZeroed, zero blocks the device already
+// holds as zeros are left out, and only those.
+func TestFlashLoopSkipZeroed(t *testing.T) {
+	src := sourceImage(t)
+	for _, tc := range []struct {
+		name string
+		fill byte // the backing file's bytes before the flash (0: a sparse file)
+		skip bool // some bytes must be skipped
+	}{
+		{"zeroed device", 0, true},
+		{"device full of 0xff", 0xff, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dev, backing := loopDevice(t, 64<<20, false)
+			if tc.fill != 0 {
+				f, err := os.OpenFile(backing, os.O_WRONLY, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				buf := bytes.Repeat([]byte{tc.fill}, 1<<20)
+				for off := int64(0); off < 64<<20; off += 1 << 20 {
+					f.WriteAt(buf, off)
+				}
+				f.Close()
+			}
+			opts := Options{Image: src, Config: testConfig(t, "z"), Target: dev, Force: true, SkipZeroed: true, TempDir: t.TempDir()}
+			res, err := Flash(context.Background(), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkFlashed(t, src, dev, "z")
+			if !res.Probed || res.Written+res.Skipped != res.Size {
+				t.Fatalf("probed %v, written %d + skipped %d != %d", res.Probed, res.Written, res.Skipped, res.Size)
+			}
+			if tc.skip != (res.Skipped > res.Size/2) || (!tc.skip && res.Skipped != 0) {
+				t.Errorf("skipped %d of %d bytes", res.Skipped, res.Size)
+			}
+			// Flashing again over itself skips every zero block.
+			res2, err := Flash(context.Background(), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res2.Skipped < res.Size/2 {
+				t.Errorf("second flash skipped only %d bytes", res2.Skipped)
+			}
+			t.Logf("written %d, skipped %d; again: written %d, skipped %d", res.Written, res.Skipped, res2.Written, res2.Skipped)
+		})
+	}
 }

@@ -33,16 +33,27 @@ type chunk struct {
 	hole bool
 }
 
+// zeroPolicy says which 4 KiB zero blocks of the image writeImage may
+// leave out. The zero value writes every byte.
+type zeroPolicy struct {
+	// Known: the whole target reads as zeros (a regular file just
+	// truncated and extended), so no zero block is written.
+	Known bool
+	// Probe, when set, reads the target (O_DIRECT, aligned buffers): a zero
+	// block of the image is left out where the target read back zeros just
+	// before the write. A chunk whose probe read fails is written in full.
+	Probe io.ReaderAt
+}
+
 // writeImage copies size bytes of src to dst at the same offsets. Holes of
-// src (found with SEEK_DATA/SEEK_HOLE) are not read. With skipZero, holes
-// and 4 KiB blocks of zeros are not written either (the caller guarantees
-// the target already reads as zeros there); without it they are written
-// from a zero buffer. Data is written in runs as long as possible. Reading
-// runs up to two chunks ahead of writing. It does not sync.
+// src (found with SEEK_DATA/SEEK_HOLE) are not read but treated as zeros;
+// zero blocks are left out as zp allows and otherwise written (holes from
+// a zero buffer). Data is written in runs as long as possible. Reading runs
+// up to two chunks ahead of writing. It does not sync.
 //
 // It does not hash: the read-back compares every byte with src and hashes
 // both sides, so the write runs at the speed of the target.
-func writeImage(ctx context.Context, dst io.WriterAt, src *os.File, size int64, skipZero bool, prog *Progress) (writeStats, error) {
+func writeImage(ctx context.Context, dst io.WriterAt, src *os.File, size int64, zp zeroPolicy, prog *Progress) (writeStats, error) {
 	var st writeStats
 	const depth = 2
 	free := make(chan []byte, depth+1)
@@ -93,7 +104,16 @@ func writeImage(ctx context.Context, dst io.WriterAt, src *os.File, size int64, 
 			}
 		}
 	}()
-	var zeroChunk []byte
+	zeroChunk := make([]byte, ChunkSize)
+	var probeBuf []byte
+	if zp.Probe != nil {
+		b, err := unix.Mmap(-1, 0, ChunkSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON)
+		if err != nil {
+			return st, err
+		}
+		defer unix.Munmap(b)
+		probeBuf = b
+	}
 	for c := range full {
 		if c.err != nil {
 			return st, c.err
@@ -101,29 +121,36 @@ func writeImage(ctx context.Context, dst io.WriterAt, src *os.File, size int64, 
 		if err := ctx.Err(); err != nil {
 			return st, err
 		}
+		b := zeroChunk[:c.n]
+		if !c.hole {
+			b = c.buf[:c.n]
+		}
+		var cur []byte // what the target holds, when probed
+		skip := zp.Known
+		if !skip && zp.Probe != nil && (c.hole || hasZeroBlock(b)) {
+			if _, err := readFullAt(zp.Probe, probeBuf[:c.n], c.off); err == nil {
+				cur, skip = probeBuf[:c.n], true
+			}
+		}
+		var w int64
+		var err error
 		switch {
-		case c.hole && skipZero:
-			st.Skipped += int64(c.n)
-		case c.hole:
-			if zeroChunk == nil {
-				zeroChunk = make([]byte, ChunkSize)
+		case !skip:
+			_, err = dst.WriteAt(b, c.off)
+			if err == nil {
+				w = int64(len(b))
+			} else {
+				err = fmt.Errorf("writing at %d: %w", c.off, err)
 			}
-			if _, err := dst.WriteAt(zeroChunk[:c.n], c.off); err != nil {
-				return st, fmt.Errorf("writing at %d: %w", c.off, err)
-			}
-			st.Written += int64(c.n)
-		case !skipZero:
-			if _, err := dst.WriteAt(c.buf[:c.n], c.off); err != nil {
-				return st, fmt.Errorf("writing at %d: %w", c.off, err)
-			}
-			st.Written += int64(c.n)
+		case c.hole && cur == nil:
+			// Known zeros on both sides: nothing to write.
 		default:
-			w, err := writeNonZero(dst, c.buf[:c.n], c.off)
-			st.Written += w
-			st.Skipped += int64(c.n) - w
-			if err != nil {
-				return st, err
-			}
+			w, err = writeNeeded(dst, b, cur, c.off)
+		}
+		st.Written += w
+		st.Skipped += int64(c.n) - w
+		if err != nil {
+			return st, err
 		}
 		prog.Add(int64(c.n))
 		if c.buf != nil {
@@ -174,11 +201,13 @@ func extents(f *os.File, size int64) []extent {
 	return out
 }
 
-// writeNonZero writes the runs of b that are not whole 4 KiB blocks of
-// zeros, at off, and returns how many bytes it wrote.
-func writeNonZero(dst io.WriterAt, b []byte, off int64) (int64, error) {
+// writeNeeded writes b at off except the 4 KiB blocks that are zeros in b
+// and known to read as zeros on the target: everywhere when cur is nil,
+// else where cur (the target's current bytes at off) is zeros too. It
+// coalesces the rest into runs and returns how many bytes it wrote.
+func writeNeeded(dst io.WriterAt, b, cur []byte, off int64) (int64, error) {
 	var written int64
-	start := -1 // start of the current non-zero run
+	start := -1 // start of the current run to write
 	flush := func(end int) error {
 		if start < 0 {
 			return nil
@@ -192,7 +221,7 @@ func writeNonZero(dst io.WriterAt, b []byte, off int64) (int64, error) {
 	}
 	for i := 0; i < len(b); i += ZeroBlock {
 		end := min(i+ZeroBlock, len(b))
-		if isZero(b[i:end]) {
+		if isZero(b[i:end]) && (cur == nil || isZero(cur[i:end])) {
 			if err := flush(i); err != nil {
 				return written, err
 			}
@@ -203,6 +232,16 @@ func writeNonZero(dst io.WriterAt, b []byte, off int64) (int64, error) {
 		}
 	}
 	return written, flush(len(b))
+}
+
+// hasZeroBlock reports whether b holds a 4 KiB block of zeros.
+func hasZeroBlock(b []byte) bool {
+	for i := 0; i < len(b); i += ZeroBlock {
+		if isZero(b[i:min(i+ZeroBlock, len(b))]) {
+			return true
+		}
+	}
+	return false
 }
 
 var zeros [ZeroBlock]byte
