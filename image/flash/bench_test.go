@@ -201,22 +201,24 @@ func BenchmarkWriteLoopSkipZeroed(b *testing.B) {
 
 // BenchmarkFlashVerify: the whole of Flash (checks, personalised copy,
 // write, sync, O_DIRECT read-back) for the default image, to a file and to
-// a loop device.
+// a loop device (every byte written, and with SkipZeroed: from the second
+// round on the device already holds the image's zeros).
 func BenchmarkFlashVerify(b *testing.B) {
 	needBench(b)
 	src := sourceImage(b)
 	cfg := testConfig(b, "bench-1")
-	for _, tc := range []string{"file", "loop"} {
+	for _, tc := range []string{"file", "loop", "loop-skip-zeroed"} {
 		b.Run(tc, func(b *testing.B) {
 			target, force := filepath.Join(b.TempDir(), "t.img"), false
-			if tc == "loop" {
+			if tc != "file" {
 				target, _ = loopDevice(b, 64<<20, false)
 				force = true
 			}
 			var total, write, verify []time.Duration
 			for i := 0; i < b.N*benchRounds; i++ {
 				start := time.Now()
-				res, err := Flash(context.Background(), Options{Image: src, Config: cfg, Target: target, Force: force, TempDir: b.TempDir()})
+				res, err := Flash(context.Background(), Options{Image: src, Config: cfg, Target: target, Force: force,
+					SkipZeroed: tc == "loop-skip-zeroed", TempDir: b.TempDir()})
 				if err != nil {
 					b.Fatal(err)
 				}
