@@ -44,6 +44,9 @@ type fleetOpts struct {
 	total, maxConc uint32
 	liveEvery      time.Duration
 	netboot        Netboot
+	// netbootFor, when set, makes the Netboot from the fleet's store and
+	// controller (for InventoryNetboot).
+	netbootFor func(*store.Store, *controller.Controller) Netboot
 }
 
 func newTestFleet(t testing.TB, o fleetOpts) *testFleet {
@@ -59,6 +62,9 @@ func newTestFleet(t testing.TB, o fleetOpts) *testFleet {
 		t.Fatal(err)
 	}
 	hash := sha256.Sum256([]byte(testToken))
+	if o.netbootFor != nil {
+		o.netboot = o.netbootFor(st, ctrl)
+	}
 	w := New(Config{Controller: ctrl, Store: st, AdminHash: hash, Netboot: o.netboot, LiveEvery: o.liveEvery})
 	mux := http.NewServeMux()
 	api.New(ctrl, hash, nil).Register(mux)
