@@ -179,6 +179,12 @@ func TestBrowser(t *testing.T) {
 		t.Fatalf("node page: %v", err)
 	}
 	screenshot(t, tab2, filepath.Join(out, "node.png"))
+	if os.Getenv("DPXE_UPDATE_SCREENSHOTS") == "1" {
+		png, _ := os.ReadFile(filepath.Join(out, "node.png"))
+		if err := os.WriteFile("../docs/screenshots/node.png", png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := chromedp.Do(tab2, chromedp.Click(chromedp.ID("drain")), chromedp.WaitVisible(chromedp.ID("confirm"))); err != nil {
 		t.Fatalf("drain button: %v", err)
 	}
