@@ -23,6 +23,7 @@ import (
 	"github.com/discord-pxe/dpxe/fleet/netboot/dhcp"
 	"github.com/discord-pxe/dpxe/fleet/netboot/httpboot"
 	"github.com/discord-pxe/dpxe/fleet/netboot/inventory"
+	"github.com/discord-pxe/dpxe/fleet/netboot/ndp"
 	"github.com/discord-pxe/dpxe/fleet/netboot/tftp"
 )
 
@@ -61,6 +62,11 @@ type Config struct {
 	// read-only. IPXEDir holds the iPXE binaries (default DefaultIPXEDir);
 	// only the files named in IPXEFiles are served from it.
 	BootDir, IPXEDir string
+	// IPv6NoRouter answers IPv6 Router Solicitations on Interface with
+	// "no router here" (see package ndp), which saves iPXE about 15 s of
+	// waiting on networks without an IPv6 router. Off by default: it is
+	// traffic on the operator's network that they should choose.
+	IPv6NoRouter bool
 	// ScriptRetry is how long unapproved nodes wait before asking again.
 	ScriptRetry time.Duration
 	Log         *slog.Logger
@@ -169,6 +175,13 @@ func (s *Server) Serve(ctx context.Context) error {
 				return s.dhcp.Serve(ctx, conn, port)
 			}})
 		}
+	}
+	if s.cfg.IPv6NoRouter {
+		if s.cfg.Interface == "" {
+			return errors.New("netboot: IPv6NoRouter needs an interface")
+		}
+		nd := &ndp.Responder{Interface: s.cfg.Interface, Log: s.log}
+		svcs = append(svcs, service{"ndp", nd.Serve})
 	}
 	if s.cfg.TFTPAddr != "off" {
 		ua, err := net.ResolveUDPAddr("udp4", s.cfg.TFTPAddr)

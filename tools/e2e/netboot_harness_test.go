@@ -50,6 +50,9 @@ type helperConfig struct {
 	RetrySec   int
 	TFTPOff    bool // no TFTP listener (a peer serves TFTP)
 	Quiet      bool // log at Info, not Debug (benchmarks)
+	// SlowIPv6 leaves IPv6 router solicitations unanswered, so iPXE
+	// waits ~15 s for IPv6 autoconfiguration (the stock behaviour).
+	SlowIPv6 bool
 }
 
 // TestNetbootHelperProcess is not a test: the netboot e2e tests run this
@@ -106,6 +109,7 @@ func runHelper(hc helperConfig) error {
 	if hc.TFTPOff {
 		cfg.TFTPAddr = "off"
 	}
+	cfg.IPv6NoRouter = !hc.SlowIPv6
 	if hc.Mode != "" {
 		if cfg.DHCP.Mode, err = dhcp.ParseMode(hc.Mode); err != nil {
 			return err
