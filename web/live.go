@@ -341,6 +341,11 @@ func (s *Server) live(w http.ResponseWriter, r *http.Request) {
 	if !write([]byte("retry: 3000\n\n")) {
 		return
 	}
+	// The stream ends when its session does (log out, expiry).
+	var sid string
+	if c, err := r.Cookie(sessionCookie); err == nil {
+		sid = c.Value
+	}
 	keep := time.NewTicker(liveKeepalive)
 	defer keep.Stop()
 	for {
@@ -348,10 +353,13 @@ func (s *Server) live(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 			return
 		case <-keep.C:
-			if !write([]byte(": keepalive\n\n")) {
+			if s.sess.get(sid, s.cfg.Now()) == nil || !write([]byte(": keepalive\n\n")) {
 				return
 			}
 		case <-sub.notify:
+			if s.sess.get(sid, s.cfg.Now()) == nil {
+				return
+			}
 			payload := sub.take(s.cfg.Now())
 			if payload == nil {
 				continue

@@ -287,6 +287,23 @@ func TestLiveUpdates(t *testing.T) {
 			if !strings.Contains(parts["map-head"], "FATAL") {
 				t.Fatal("legend counts not updated with the group")
 			}
+			// Logging out ends the stream at its next update.
+			_, page := get(t, c, f.srv.URL+"/")
+			if code, _, _ := post(t, c, f.srv.URL+"/logout", url.Values{"csrf": {csrfOf(t, page)}}); code != http.StatusSeeOther {
+				t.Fatalf("logout: %d", code)
+			}
+			f.mu.Lock()
+			f.state["0"] = appliance.ShardReady
+			f.mu.Unlock()
+			f.checkin("node-a")
+			for sc.Scan() {
+			}
+			if ctx.Err() != nil {
+				t.Fatal("the stream outlived its session: it ran until the test's deadline")
+			}
+			if code, _ := get(t, c, f.srv.URL+"/nodes"); code != http.StatusSeeOther {
+				t.Fatalf("after logout /nodes answers %d, want a redirect to the login", code)
+			}
 			return
 		}
 	}
