@@ -169,6 +169,28 @@ func TestFlashLoopRefusals(t *testing.T) {
 			t.Fatalf("err %v", err)
 		}
 	})
+	t.Run("loop device over the source image", func(t *testing.T) {
+		// Attach a loop device to a copy that plays the source, read-only
+		// so that even a bug could not change it.
+		img, err := Personalize(src, cfg, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command("losetup", "--find", "--show", "--read-only", img).CombinedOutput()
+		if err != nil {
+			t.Skipf("losetup: %v: %s", err, out)
+		}
+		dev := strings.TrimSpace(string(out))
+		t.Cleanup(func() { exec.Command("losetup", "--detach", dev).Run() })
+		before := fileSum(t, img)
+		_, err = Flash(context.Background(), Options{Image: img, Config: cfg, Target: dev, Force: true, TempDir: t.TempDir()})
+		if !errors.Is(err, ErrSameFile) || !strings.Contains(err.Error(), "backing file") {
+			t.Fatalf("err %v, want ErrSameFile", err)
+		}
+		if fileSum(t, img) != before {
+			t.Fatal("the source changed")
+		}
+	})
 	t.Run("backing file of a loop device", func(t *testing.T) {
 		_, backing := loopDevice(t, 64<<20, false)
 		if err := flash(backing, false, nil); !errors.Is(err, ErrInUse) || !strings.Contains(err.Error(), "backs loop device") {
