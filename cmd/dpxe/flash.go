@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -45,7 +46,7 @@ func runFlash(ctx context.Context, args []string) error {
 	ctrl := fs.String("controller", "http://"+defaultListen, "controller URL the node uses, written into DPXE.CFG; also where the credential is fetched unless --api is given")
 	apiURL := fs.String("api", "", "controller URL this machine uses to fetch the credential (default: --controller)")
 	cred := fs.String("cred", "", "node credential to write; without it the credential is created (or with --rotate, replaced) at the controller")
-	tokenFile := fs.String("admin-token-file", "./var/"+adminTokenName, "admin token file written by `dpxe serve`")
+	tokenFile := fs.String("admin-token-file", "./var/"+adminTokenName, "admin token file that dpxe serve wrote")
 	rotate := fs.Bool("rotate", false, "the node exists: issue it a new credential (its old one stops working)")
 	yes := fs.Bool("yes", false, "do not ask for confirmation")
 	force := fs.Bool("force", false, "write to a device that is not reported as removable (no other check is overridden)")
@@ -143,6 +144,9 @@ func runFlash(ctx context.Context, args []string) error {
 	}
 	res, err := flash.Flash(ctx, flash.Options{Image: *img, Config: raw, Target: target, Force: *force, SkipZeroed: *skipZeroed, Env: env, Progress: os.Stderr})
 	if err != nil {
+		if errors.Is(err, flash.ErrVerify) {
+			fmt.Fprintf(os.Stderr, "\n*** %s does NOT hold a good image: do not boot from it; flash it again or replace the medium ***\n\n", target)
+		}
 		if client != nil {
 			fmt.Fprintf(os.Stderr, "note: node %s's credential was %s but the flash failed; rerun with --rotate\n", *node, credAction)
 		}
