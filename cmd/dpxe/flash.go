@@ -142,7 +142,7 @@ func runFlash(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	res, err := flash.Flash(ctx, flash.Options{Image: *img, Config: raw, Target: target, Force: *force, SkipZeroed: *skipZeroed, Env: env, Progress: os.Stderr})
+	res, err := flash.Flash(ctx, flash.Options{Image: *img, Config: raw, Target: target, Force: *force, SkipZeroed: *skipZeroed, Env: env, Progress: os.Stderr, Expect: t})
 	if err != nil {
 		if errors.Is(err, flash.ErrVerify) {
 			fmt.Fprintf(os.Stderr, "\n*** %s does NOT hold a good image: do not boot from it; flash it again or replace the medium ***\n\n", target)

@@ -28,6 +28,17 @@ import (
 // ErrAborted means the operator did not confirm the write.
 var ErrAborted = errors.New("aborted: nothing was written")
 
+// ErrChanged means the target is not the device or file that was checked
+// and confirmed.
+var ErrChanged = errors.New("changed")
+
+// sameTarget reports whether two inspections describe the same device or
+// file: same kind, device number, size, vendor, model and loop backing file.
+func sameTarget(a, b *Target) bool {
+	return a.Block == b.Block && a.Exist == b.Exist && a.Dev == b.Dev && a.Size == b.Size &&
+		a.Vendor == b.Vendor && a.Model == b.Model && a.Backing == b.Backing
+}
+
 // Options describe one flash.
 type Options struct {
 	Image  string // source usb.img; opened read-only
@@ -48,6 +59,10 @@ type Options struct {
 	// Confirm is called with the target after every check passed and
 	// before anything is written; a non-nil error aborts. nil: no prompt.
 	Confirm func(*Target) error
+	// Expect, when set, is the target as the operator confirmed it (from
+	// Env.Inspect): Flash refuses a target that is no longer the same
+	// device (another stick under the same name, a resized file).
+	Expect *Target
 	// TempDir holds the personalised copy; "" means os.TempDir().
 	TempDir string
 	// BeforeVerify, when set, runs between the write (synced) and the
@@ -107,8 +122,22 @@ func Flash(ctx context.Context, opts Options) (*Result, error) {
 	}
 	defer os.Remove(tmp)
 
+	if opts.Expect != nil && !sameTarget(opts.Expect, t) {
+		return nil, fmt.Errorf("%s %w: was %s, is now %s", opts.Target, ErrChanged, opts.Expect.Describe(), t.Describe())
+	}
 	if opts.Confirm != nil {
 		if err := opts.Confirm(t); err != nil {
+			return nil, err
+		}
+		// The answer may take minutes: look again.
+		now, err := env.Inspect(opts.Target)
+		if err != nil {
+			return nil, err
+		}
+		if !sameTarget(t, now) {
+			return nil, fmt.Errorf("%s %w while waiting for the answer: was %s, is now %s", opts.Target, ErrChanged, t.Describe(), now.Describe())
+		}
+		if err := env.Check(now, size, opts.Force); err != nil {
 			return nil, err
 		}
 	}

@@ -258,3 +258,31 @@ func TestFlashRefusesBadConfig(t *testing.T) {
 		t.Error("target created although the config was refused")
 	}
 }
+
+func TestFlashRefusesChangedTarget(t *testing.T) {
+	src := sourceImage(t)
+	dir := t.TempDir()
+	target := filepath.Join(dir, "t.img")
+	if err := os.WriteFile(target, []byte("12345"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	seen, err := System().Inspect(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Changed between the operator's look and the flash.
+	os.WriteFile(target, []byte("123456789"), 0o644)
+	_, err = Flash(context.Background(), Options{Image: src, Config: testConfig(t, "n"), Target: target, TempDir: dir, Expect: seen})
+	if !errors.Is(err, ErrChanged) {
+		t.Fatalf("err %v, want ErrChanged", err)
+	}
+	// Changed while the prompt waited.
+	_, err = Flash(context.Background(), Options{Image: src, Config: testConfig(t, "n"), Target: target, TempDir: dir,
+		Confirm: func(*Target) error { return os.WriteFile(target, []byte("1"), 0o644) }})
+	if !errors.Is(err, ErrChanged) || !strings.Contains(err.Error(), "while waiting for the answer") {
+		t.Fatalf("err %v, want ErrChanged", err)
+	}
+	if b, _ := os.ReadFile(target); string(b) != "1" {
+		t.Fatal("target written")
+	}
+}
