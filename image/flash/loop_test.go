@@ -101,8 +101,11 @@ func TestFlashLoopDevice(t *testing.T) {
 	}
 	t.Logf("write %v, verify %v, re-read partitions: %v", res.WriteTime, res.VerifyTime, res.RereadErr)
 
-	// --list --all shows it as Discord-PXE media of loop-node-1.
-	ms, err := System().List(true)
+	// --list --all shows it as Discord-PXE media of loop-node-1. The list
+	// probes every device it sees, so it sees only this one: a sysfs of
+	// links to the loop device's real entries.
+	env := onlyDevice(t, res.Target)
+	ms, err := env.List(true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +122,7 @@ func TestFlashLoopDevice(t *testing.T) {
 		t.Errorf("%s not in the device list", dev)
 	}
 	// Not removable: left out without --all.
-	ms, _ = System().List(false)
+	ms, _ = env.List(false)
 	for _, m := range ms {
 		if m.Path == dev {
 			t.Errorf("loop device listed as removable")
@@ -319,4 +322,27 @@ func TestFlashLoopSkipZeroed(t *testing.T) {
 			t.Logf("written %d, skipped %d; again: written %d, skipped %d", res.Written, res.Skipped, res2.Written, res2.Skipped)
 		})
 	}
+}
+
+// onlyDevice returns the system Env with a sysfs that holds only tg: links
+// to its real /sys/block and /sys/dev/block entries.
+func onlyDevice(t *testing.T, tg *Target) *Env {
+	t.Helper()
+	root := t.TempDir()
+	for _, l := range [][2]string{
+		{"/sys/block/" + tg.Name, filepath.Join(root, "block", tg.Name)},
+		{"/sys/dev/block/" + tg.Dev.String(), filepath.Join(root, "dev", "block", tg.Dev.String())},
+	} {
+		os.MkdirAll(filepath.Dir(l[1]), 0o755)
+		real, err := filepath.EvalSymlinks(l[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(real, l[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := System()
+	env.SysRoot = root
+	return env
 }
