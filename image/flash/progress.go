@@ -34,16 +34,22 @@ type Progress struct {
 	once  sync.Once
 }
 
+// How often a Progress prints: on a terminal, and to anything else.
+var (
+	ttyEvery = 250 * time.Millisecond
+	logEvery = 5 * time.Second
+)
+
 // NewProgress starts reporting on w (nil: a Progress that counts and prints
 // nothing). Call Finish when the phase ends.
 func NewProgress(w io.Writer, label string, total int64) *Progress {
-	p := &Progress{w: w, label: label, total: total, start: time.Now(), stop: make(chan struct{}), every: 5 * time.Second}
+	p := &Progress{w: w, label: label, total: total, start: time.Now(), stop: make(chan struct{}), every: logEvery}
 	if w == nil {
 		return p
 	}
 	if f, ok := w.(*os.File); ok {
 		if _, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS); err == nil {
-			p.tty, p.every = true, 250*time.Millisecond
+			p.tty, p.every = true, ttyEvery
 		}
 	}
 	p.wg.Add(1)
