@@ -50,6 +50,7 @@ type BootConfig struct {
 	Capacity    uint32 // capacity=, shards this node offers (1..128)
 	SelfTest    bool   // selftest=1 runs the self-tests and exits QEMU
 	Seed        uint32 // seed=, PRNG seed of the differential self-test
+	StaticIP    string // ip=, A.B.C.D/NN[,GW]: a static address instead of DHCP (see ParseStaticIP)
 
 	HasShards, HasTotalShards, HasCapacity, HasSeed bool
 }
@@ -131,6 +132,13 @@ var bootKeys = []bootKey{
 		return err
 	}},
 	{"initrd", "ignored: UEFI loaders (OVMF for QEMU -kernel) add initrd=... to the load options", func(c *BootConfig, v string) error {
+		return nil
+	}},
+	{"ip", "static address instead of DHCP: A.B.C.D/NN or A.B.C.D/NN,GATEWAY", func(c *BootConfig, v string) error {
+		if _, err := ParseStaticIP(v); err != nil {
+			return err
+		}
+		c.StaticIP = v
 		return nil
 	}},
 }
@@ -347,6 +355,9 @@ func (c BootConfig) String() string {
 	if c.HasSeed {
 		add("seed", strconv.FormatUint(uint64(c.Seed), 10))
 	}
+	if c.StaticIP != "" {
+		add("ip", c.StaticIP)
+	}
 	return strings.Join(parts, " ")
 }
 
@@ -397,5 +408,7 @@ func (c *BootConfig) clear(key string) {
 		c.SelfTest = false
 	case "seed":
 		c.Seed, c.HasSeed = 0, false
+	case "ip":
+		c.StaticIP = ""
 	}
 }

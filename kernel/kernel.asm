@@ -37,13 +37,21 @@ text_start:
 %include "core/print.inc"
 %include "core/idt.inc"
 %include "core/tsc.inc"
+%include "core/paging.inc"
+%include "core/irq.inc"
+%include "core/pci.inc"
 %include "core/acpi.inc"
 %include "core/fwcfg.inc"
 %include "core/cmdline.inc"
 %include "core/power.inc"
+%include "drivers/nic.inc"
+%include "drivers/e1000.inc"
+%include "drivers/virtio_net.inc"
+%include "net/net.inc"
 %include "shard/shard.inc"
 %include "shard/route.inc"
 %include "selftest/selftest.inc"
+%include "selftest/net_selftest.inc"
 %include "core/data.inc"		; read-only tables and strings
 
 	align	4096, db 0		; PE FileAlignment: the file ends on a page

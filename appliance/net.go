@@ -1,0 +1,142 @@
+package appliance
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+)
+
+// Go references for what the kernel's network stack computes, so tests can
+// compare the two: the Internet checksum (kernel/net/checksum.inc), the
+// static-address syntax of the ip= boot key (kernel/core/cmdline.inc), and
+// the differential self-test digest over random buffers.
+
+// ErrStaticIP is wrapped by every ParseStaticIP error.
+var ErrStaticIP = errors.New("ip must be A.B.C.D/NN or A.B.C.D/NN,GATEWAY (octets 0-255 without leading zeros, NN 1-32)")
+
+// StaticIP is a parsed ip= value.
+type StaticIP struct {
+	Addr    netip.Addr // the node's address
+	Prefix  int        // mask length, 1..32
+	Gateway netip.Addr // zero when not given
+}
+
+// ParseStaticIP parses A.B.C.D/NN or A.B.C.D/NN,GATEWAY exactly as the
+// kernel does: each octet is 1-3 decimal digits with no leading zero and at
+// most 255; NN is 1-32 written the same way; nothing else may follow.
+func ParseStaticIP(v string) (StaticIP, error) {
+	var s StaticIP
+	addr, rest, err := parseQuad(v)
+	if err != nil {
+		return s, err
+	}
+	if len(rest) == 0 || rest[0] != '/' {
+		return s, fmt.Errorf("%w: no /NN after the address", ErrStaticIP)
+	}
+	n, rest, ok := parseOctet(rest[1:])
+	if !ok || n < 1 || n > 32 {
+		return s, fmt.Errorf("%w: bad prefix length", ErrStaticIP)
+	}
+	s.Addr, s.Prefix = addr, n
+	if len(rest) == 0 {
+		return s, nil
+	}
+	if rest[0] != ',' {
+		return s, fmt.Errorf("%w: unexpected %q after the prefix", ErrStaticIP, rest[0])
+	}
+	gw, rest, err := parseQuad(rest[1:])
+	if err != nil {
+		return s, err
+	}
+	if len(rest) != 0 {
+		return s, fmt.Errorf("%w: text after the gateway", ErrStaticIP)
+	}
+	s.Gateway = gw
+	return s, nil
+}
+
+// parseOctet reads 1-3 digits without a leading zero, value <= 255.
+func parseOctet(v string) (n int, rest string, ok bool) {
+	i := 0
+	for i < len(v) && v[i] >= '0' && v[i] <= '9' {
+		if i == 3 || (i == 1 && n == 0) {
+			return 0, v, false // a fourth digit, or a leading zero
+		}
+		n = n*10 + int(v[i]-'0')
+		i++
+	}
+	if i == 0 || n > 255 {
+		return 0, v, false
+	}
+	return n, v[i:], true
+}
+
+func parseQuad(v string) (netip.Addr, string, error) {
+	var b [4]byte
+	rest := v
+	for k := 0; k < 4; k++ {
+		if k > 0 {
+			if len(rest) == 0 || rest[0] != '.' {
+				return netip.Addr{}, v, fmt.Errorf("%w: an address needs four octets", ErrStaticIP)
+			}
+			rest = rest[1:]
+		}
+		n, r, ok := parseOctet(rest)
+		if !ok {
+			return netip.Addr{}, v, fmt.Errorf("%w: bad octet", ErrStaticIP)
+		}
+		b[k], rest = byte(n), r
+	}
+	return netip.AddrFrom4(b), rest, nil
+}
+
+// InternetChecksum is the RFC 1071 checksum of b, as the big-endian value
+// that goes into a header.
+func InternetChecksum(b []byte) uint16 {
+	var sum uint64
+	for len(b) >= 2 {
+		sum += uint64(b[0])<<8 | uint64(b[1])
+		b = b[2:]
+	}
+	if len(b) == 1 {
+		sum += uint64(b[0]) << 8
+	}
+	for sum>>16 != 0 {
+		sum = sum&0xffff + sum>>16
+	}
+	return ^uint16(sum)
+}
+
+// ChecksumDigestCases is the number of buffers the kernel's "cksum"
+// self-test digest covers.
+const ChecksumDigestCases = 4096
+
+// ChecksumDigest is the kernel's "selftest digest cksum" for a seed: for
+// each case r = next(); n = r % 1501 bytes; off = (r >> 32) % 8; a buffer
+// of off+n bytes is filled with little-endian next() words; the checksum of
+// buf[off:off+n] is folded into an FNV-1a-over-words digest.
+func ChecksumDigest(seed uint32) uint64 {
+	state := uint64(seed)
+	next := func() uint64 {
+		state += 0x9E3779B97F4A7C15
+		z := state
+		z = (z ^ z>>30) * 0xBF58476D1CE4E5B9
+		z = (z ^ z>>27) * 0x94D049BB133111EB
+		return z ^ z>>31
+	}
+	d := uint64(0xCBF29CE484222325)
+	buf := make([]byte, 1512)
+	for i := 0; i < ChecksumDigestCases; i++ {
+		r := next()
+		n := int(r % 1501)
+		off := int((r >> 32) % 8)
+		for j := 0; j < off+n; j += 8 {
+			w := next()
+			for k := 0; k < 8; k++ {
+				buf[j+k] = byte(w >> (8 * k))
+			}
+		}
+		d = (d ^ uint64(InternetChecksum(buf[off:off+n]))) * 0x100000001B3
+	}
+	return d
+}

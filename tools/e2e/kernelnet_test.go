@@ -1,0 +1,341 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/discord-pxe/dpxe/appliance"
+	"github.com/discord-pxe/dpxe/image"
+	"github.com/discord-pxe/dpxe/tools/netns"
+	"github.com/discord-pxe/dpxe/tools/qemu"
+)
+
+// TestKernelNetSelfTest boots the kernel with selftest=1 and a module of
+// ip= boot-config cases: the network self-tests must pass, the "cksum"
+// digest must equal appliance.ChecksumDigest, and every ip= verdict must
+// equal appliance.ParseBootConfig's.
+func TestKernelNetSelfTest(t *testing.T) {
+	needQEMU(t, qemu.SeaBIOS)
+	cases := ipConfigCases()
+	cfg := appliance.BootConfig{NodeID: "net-selftest", SelfTest: true, Seed: selfTestSeed, HasSeed: true}
+	o := qemu.Options{
+		Firmware: qemu.SeaBIOS,
+		Kernel:   filepath.Join(outDir(t), image.KernelFile),
+		Append:   cfg.String(),
+		Initrd:   writeCaseModule(t, cases),
+		Timeout:  60 * time.Second,
+	}
+	res, err := qemu.Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := false
+	fail := func(format string, args ...any) {
+		failed = true
+		t.Errorf(format, args...)
+	}
+	defer func() {
+		if failed {
+			t.Logf("serial console:\n%s", res.Serial)
+		}
+	}()
+	if !res.Passed() {
+		fail("QEMU exit status %d, want %d (self-test pass)", res.ExitCode, qemu.ExitPass)
+	}
+	if strings.Contains(res.Serial, "selftest net FAIL") {
+		fail("a network self-test failed")
+	}
+	if !strings.Contains(res.Serial, "selftest net dhcp option cases ") {
+		fail("the DHCP option cases did not run")
+	}
+	rep, err := appliance.ParseSelfTestReport(res.Serial)
+	if err != nil {
+		fail("%v", err)
+		return
+	}
+	if got, want := rep.Digests["cksum"], appliance.ChecksumDigest(selfTestSeed); got != want {
+		fail("checksum digest (seed %d): kernel %016x, Go %016x", selfTestSeed, got, want)
+	}
+	checkConfigCases(t, rep, cases, fail)
+}
+
+// ipConfigCases are boot configs around every rule of the ip= syntax.
+func ipConfigCases() [][]byte {
+	vals := []string{
+		"10.0.0.5/24", "10.0.0.5/24,10.0.0.1", "0.0.0.0/32", "255.255.255.255/1", "1.2.3.4/32,5.6.7.8",
+		"10.0.0.5", "10.0.0.5/", "10.0.0.5/0", "10.0.0.5/33", "10.0.0.5/08", "10.0.0.5/8,", "10.0.0.5/8,1.2.3",
+		"10.0.0.5/8,1.2.3.4,", "10.0.0.5/8;1.2.3.4", "10.0.0.256/24", "10.0.0.05/24", "010.0.0.5/24", "1.2.3/8",
+		"1.2.3.4.5/8", "1..2.3/8", ".1.2.3/8", "1.2.3.4/8/9", "1234.1.1.1/8", "1.2.3.4/100", "a.b.c.d/8",
+		"1.2.3.4/8,1.2.3.400", "1.2.3.4/8,01.2.3.4", "1.2.3.4 /8",
+	}
+	var cases [][]byte
+	for _, v := range vals {
+		cases = append(cases, []byte("node=n ip="+v))
+	}
+	cases = append(cases, []byte("ip=1.2.3.4/8 ip=1.2.3.4/8"), []byte("ip="), []byte("kernel ip=9.9.9.9/9,9.9.9.1 node=x"))
+	return cases
+}
+
+// nodeSerial collects a QEMU console while the run goes on.
+type nodeSerial struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (s *nodeSerial) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.Write(p)
+}
+
+func (s *nodeSerial) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.String()
+}
+
+// waitFor polls the console until re matches or the deadline passes.
+func (s *nodeSerial) waitFor(re *regexp.Regexp, within time.Duration) []string {
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if m := re.FindStringSubmatch(s.String()); m != nil {
+			return m
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return nil
+}
+
+// netNode describes one kernel boot on a NIC model.
+type netNode struct {
+	name   string
+	fw     qemu.Firmware
+	device string // QEMU -device model
+	static bool   // ip= instead of DHCP
+	renew  bool   // also wait for the DHCP renewal at T1
+}
+
+// TestKernelNet boots the kernel on each NIC model in a namespace with
+// dnsmasq as the DHCP server: the node must print its lease, answer ping
+// from the namespace, count a burst of malformed frames in the right
+// counters and still answer ping afterwards. One node runs with a static
+// ip= instead of DHCP; the e1000 node also waits for its renewal at T1.
+func TestKernelNet(t *testing.T) {
+	if err := netns.Available(); err != nil {
+		t.Skip(err)
+	}
+	nodes := []netNode{
+		{name: "e1000-seabios", fw: qemu.SeaBIOS, device: "e1000", renew: true},
+		{name: "virtio-ovmf", fw: qemu.OVMF, device: "virtio-net-pci"},
+		{name: "virtio-seabios-static", fw: qemu.SeaBIOS, device: "virtio-net-pci", static: true},
+	}
+	for i, n := range nodes {
+		t.Run(n.name, func(t *testing.T) {
+			needQEMU(t, n.fw)
+			runNetNode(t, n, i)
+		})
+	}
+}
+
+func runNetNode(t *testing.T, n netNode, index int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+	defer cancel()
+	subnet := fmt.Sprintf("10.77.%d", 10+index)
+	ns, err := netns.New(ctx, netip.MustParsePrefix(subnet+".1/24"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	if err := ns.AddTap(ctx, "tap0"); err != nil {
+		t.Fatal(err)
+	}
+	mac := fmt.Sprintf("52:54:00:77:%02x:50", index)
+	nodeIP := subnet + ".50"
+
+	if !n.static {
+		dnsmasq := ns.Command(ctx, "dnsmasq", "--no-daemon", "--conf-file=/dev/null", "--port=0",
+			"--interface=br0", "--bind-interfaces", "--no-ping", "--pid-file=",
+			"--dhcp-leasefile="+filepath.Join(t.TempDir(), "leases"),
+			"--dhcp-range="+subnet+".100,"+subnet+".150,255.255.255.0,2m",
+			"--dhcp-option=3,"+subnet+".1",
+			"--dhcp-host="+mac+","+nodeIP)
+		var dlog bytes.Buffer
+		dnsmasq.Stdout, dnsmasq.Stderr = &dlog, &dlog
+		if err := dnsmasq.Start(); err != nil {
+			t.Skipf("dnsmasq: %v", err)
+		}
+		defer func() {
+			dnsmasq.Cancel()
+			dnsmasq.Wait()
+			if t.Failed() {
+				t.Logf("dnsmasq:\n%s", dlog.String())
+			}
+		}()
+	}
+
+	cfg := appliance.BootConfig{NodeID: "net-" + n.name}
+	if n.static {
+		cfg.StaticIP = nodeIP + "/24," + subnet + ".1"
+	}
+	serial := &nodeSerial{}
+	done := make(chan struct{})
+	o := qemu.Options{
+		Firmware: n.fw,
+		Kernel:   filepath.Join(outDir(t), image.KernelFile),
+		Net: []string{"-netdev", "tap,id=n0,ifname=tap0,script=no,downscript=no",
+			"-device", n.device + ",netdev=n0,mac=" + mac},
+		Wrapper: ns.Wrapper(),
+		Serial:  serial,
+		Timeout: 140 * time.Second,
+		Until: func(string) bool {
+			select {
+			case <-done:
+				return true
+			default:
+				return false
+			}
+		},
+	}
+	if n.fw == qemu.OVMF {
+		o.Config = cfg.String()
+	} else {
+		o.Append = cfg.String()
+	}
+	type result struct {
+		res *qemu.Result
+		err error
+	}
+	ran := make(chan result, 1)
+	go func() {
+		r, err := qemu.Run(ctx, o)
+		ran <- result{r, err}
+	}()
+	defer func() {
+		close(done)
+		r := <-ran
+		if r.err != nil {
+			t.Errorf("qemu: %v", r.err)
+		}
+		if t.Failed() {
+			t.Logf("serial console:\n%s", serial.String())
+		}
+	}()
+
+	nicLine := regexp.MustCompile(`nic: [0-9a-f:.]+ [0-9a-f]{4}:[0-9a-f]{4} (e1000|virtio-net) mac=` + mac + ` link=up`)
+	if nicLine.FindString(serial.String()) == "" && serial.waitFor(nicLine, 60*time.Second) == nil {
+		t.Fatalf("no NIC line for %s with mac %s", n.device, mac)
+	}
+	if n.static {
+		if serial.waitFor(regexp.MustCompile(`net: static `+regexp.QuoteMeta(nodeIP)+`/24 gw `+regexp.QuoteMeta(subnet+".1")), 30*time.Second) == nil {
+			t.Fatal("no static address line")
+		}
+	} else {
+		m := serial.waitFor(regexp.MustCompile(`dhcp: bound `+regexp.QuoteMeta(nodeIP)+`/24 gw `+regexp.QuoteMeta(subnet+".1")+` server \S+ lease 120s t1 60s t2 105s in (\d+) ms`), 60*time.Second)
+		if m == nil {
+			t.Fatal("no DHCP lease within 60 s")
+		}
+		t.Logf("%s: DHCP discover to bound in %s ms", n.name, m[1])
+	}
+
+	rtt, got := pingNode(t, ctx, ns, nodeIP, 5)
+	if got < 4 {
+		t.Fatalf("ping: %d of 5 answered", got)
+	}
+	t.Logf("%s: ping %d/5, average RTT %.3f ms", n.name, got, rtt)
+
+	before := waitStatus(t, serial, 0, 12*time.Second)
+	sent, err := injectMalformed(ns.Name, mac, nodeIP)
+	if err != nil {
+		t.Fatalf("injecting frames: %v", err)
+	}
+	total := uint64(0)
+	for _, n := range sent {
+		total += n
+	}
+	// The burst may straddle a status line: look at up to two more.
+	var short []string
+	for extra := 1; extra <= 2; extra++ {
+		after := waitStatus(t, serial, before.seq+extra, 12*time.Second)
+		short = short[:0]
+		for name, want := range sent {
+			if d := after.counters[name] - before.counters[name]; d < want {
+				short = append(short, fmt.Sprintf("%s rose by %d, want at least %d", name, d, want))
+			}
+		}
+		if len(short) == 0 {
+			break
+		}
+	}
+	for _, s := range short {
+		t.Errorf("after %d malformed frames: counter %s", total, s)
+	}
+	if rtt, got := pingNode(t, ctx, ns, nodeIP, 3); got < 3 {
+		t.Errorf("after the malformed burst: ping %d of 3 answered", got)
+	} else {
+		t.Logf("%s: alive after %d malformed frames (%d kinds), RTT %.3f ms", n.name, total, len(sent), rtt)
+	}
+
+	if n.renew {
+		if serial.waitFor(regexp.MustCompile(`dhcp: renewed `+regexp.QuoteMeta(nodeIP)+`/24 .* renewals 1`), 90*time.Second) == nil {
+			t.Error("no DHCP renewal at T1 (60 s)")
+		}
+	}
+}
+
+var pingSummary = regexp.MustCompile(`(\d+) packets received.*\n.*= [\d.]+/([\d.]+)/`)
+
+// pingNode pings ip count times from the namespace with busybox ping and
+// returns the average RTT and the replies received.
+func pingNode(t *testing.T, ctx context.Context, ns *netns.NS, ip string, count int) (float64, int) {
+	t.Helper()
+	out, _ := ns.Run(ctx, "busybox", "ping", "-c", strconv.Itoa(count), "-W", "2", ip)
+	m := pingSummary.FindStringSubmatch(out)
+	if m == nil {
+		t.Logf("ping output:\n%s", out)
+		return 0, 0
+	}
+	got, _ := strconv.Atoi(m[1])
+	avg, _ := strconv.ParseFloat(m[2], 64)
+	return avg, got
+}
+
+// status is one parsed "net: ..." console line.
+type status struct {
+	seq      int // index of the line in the console
+	counters map[string]uint64
+}
+
+var statusLine = regexp.MustCompile(`(?m)^net: ip=.*$`)
+
+// waitStatus waits for status line number >= seq and parses its counters.
+func waitStatus(t *testing.T, serial *nodeSerial, seq int, within time.Duration) status {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		lines := statusLine.FindAllString(serial.String(), -1)
+		if len(lines) > seq && len(lines) > 0 {
+			st := status{seq: len(lines) - 1, counters: map[string]uint64{}}
+			for _, f := range strings.Fields(lines[len(lines)-1]) {
+				if k, v, ok := strings.Cut(f, "="); ok {
+					if n, err := strconv.ParseUint(strings.TrimSuffix(v, "ms"), 10, 64); err == nil {
+						st.counters[k] = n
+					}
+				}
+			}
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no status line number %d within %v", seq, within)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
