@@ -148,32 +148,11 @@ func runHelper(hc helperConfig) error {
 	return <-done
 }
 
-// netbootKernel returns the kernel.bin to boot and whether it is the real
-// shard kernel. It looks in $DPXE_OUT, then in the repository's out/; when
-// neither has one, it writes a placeholder, and the tests then check the
-// boot up to the kernel download only.
-func netbootKernel(t testing.TB) (string, bool) {
+// netbootKernel returns the shard kernel to boot: the image directory of
+// the e2e tests (outDir: $DPXE_OUT, or built once for the run).
+func netbootKernel(t testing.TB) string {
 	t.Helper()
-	var dirs []string
-	if d := os.Getenv("DPXE_OUT"); d != "" {
-		dirs = append(dirs, d)
-	}
-	if wd, err := os.Getwd(); err == nil {
-		dirs = append(dirs, filepath.Join(wd, "..", "..", "out"))
-	}
-	for _, d := range dirs {
-		p := filepath.Join(d, "kernel.bin")
-		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
-			return p, true
-		}
-	}
-	p := filepath.Join(t.TempDir(), "kernel.bin")
-	// Not a bootable image: iPXE downloads it and then refuses it.
-	if err := os.WriteFile(p, bytes.Repeat([]byte("dpxe placeholder kernel\n"), 20000), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Log("no kernel.bin in $DPXE_OUT or out/: booting a placeholder, checking up to kernel_fetched")
-	return p, false
+	return filepath.Join(outDir(t), "kernel.bin")
 }
 
 var subnetSeq atomic.Int32
@@ -187,7 +166,6 @@ type bootEnv struct {
 	base     string // http://server:8080
 	inv      *inventory.SQL
 	kernel   string
-	real     bool // kernel is the shard kernel
 	logs     *syncBuffer
 	bootDir  string
 	pool     string
@@ -239,7 +217,7 @@ func newBootEnvWith(t testing.TB, mode string, adjust func(*helperConfig)) *boot
 		}
 	})
 	dir := t.TempDir()
-	kernel, real := netbootKernel(t)
+	kernel := netbootKernel(t)
 	bootDir := filepath.Join(dir, "boot")
 	os.Mkdir(bootDir, 0o755)
 	copyFile(t, kernel, filepath.Join(bootDir, "kernel.bin"))
@@ -253,7 +231,7 @@ func newBootEnvWith(t testing.TB, mode string, adjust func(*helperConfig)) *boot
 		t.Fatal(err)
 	}
 	e := &bootEnv{t: t, ns: ns, serverIP: server, prefix: prefix, inv: &inventory.SQL{DB: db},
-		kernel: kernel, real: real, logs: &syncBuffer{}, bootDir: bootDir,
+		kernel: kernel, logs: &syncBuffer{}, bootDir: bootDir,
 		base: "http://" + server.String() + ":8080"}
 	hc := helperConfig{
 		Interface: ns.Bridge, ServerIP: server.String(), HTTPAddr: server.String() + ":8080",
@@ -472,17 +450,14 @@ func (e *bootEnv) waitFor(n *node, timeout time.Duration, what string, cond func
 	}
 }
 
-// waitBooted waits until node n has booted as node id: the kernel's banner
-// on the serial console names the node and controller when the real
-// kernel is in use, otherwise the timeline reaches kernel_fetched.
+// waitBooted waits until node n has booted as node id: the timeline
+// reaches kernel_fetched and the kernel's banner on the serial console
+// names the node and the controller.
 func (e *bootEnv) waitBooted(n *node, id string, timeout time.Duration) time.Duration {
 	e.t.Helper()
-	took := e.waitFor(n, timeout, "kernel_fetched", func() bool {
+	e.waitFor(n, timeout, "kernel_fetched", func() bool {
 		return hasInOrder(e.stages(n.mac), "script_fetched", "kernel_fetched")
 	})
-	if !e.real {
-		return took
-	}
 	return e.waitFor(n, timeout, "kernel banner with node="+id, func() bool {
 		s := n.serial.String()
 		if strings.Contains(s, "config error") {

@@ -48,9 +48,6 @@ func TestNetbootAuthoritativeSeaBIOS(t *testing.T) {
 	if strings.Contains(strings.Join(st, ","), "kernel_partial") {
 		t.Fatalf("partial kernel download:\n%s", e.timeline(mac))
 	}
-	if e.real && !strings.Contains(n.serial.String(), "node=node-a") {
-		t.Fatal("banner check passed without the node ID on the console")
-	}
 	t.Logf("SeaBIOS/e1000: approved node booted %s after QEMU start\n%s", took.Round(time.Millisecond), e.timeline(mac))
 }
 
@@ -201,12 +198,10 @@ func TestNetbootTwoNodes(t *testing.T) {
 	if !a.IsValid() || !b.IsValid() || a == b {
 		t.Fatalf("leases %+v: want two different addresses", ls)
 	}
-	if e.real {
-		for i, n := range nodes {
-			other := ids[1-i]
-			if strings.Contains(n.serial.String(), "node="+other) {
-				t.Fatalf("%s booted with the other node's ID %s", macs[i], other)
-			}
+	for i, n := range nodes {
+		other := ids[1-i]
+		if strings.Contains(n.serial.String(), "node="+other) {
+			t.Fatalf("%s booted with the other node's ID %s", macs[i], other)
 		}
 	}
 	t.Logf("two nodes: %s=%s %s=%s", macs[0], a, macs[1], b)
