@@ -397,6 +397,11 @@ func (h *Handler) replyPXE(m *dhcpv4.DHCPv4, c client) *dhcpv4.DHCPv4 {
 // replyAuthoritative serves the pool.
 func (h *Handler) replyAuthoritative(ctx context.Context, m *dhcpv4.DHCPv4, c client) *dhcpv4.DHCPv4 {
 	now := h.now()
+	// A relayed request from another subnet cannot use our one pool.
+	if gi := addr4(m.GatewayIPAddr); gi.IsValid() && !h.cfg.Pool.Prefix.Contains(gi) {
+		h.log.Debug("dhcp: relayed request from a subnet without a pool", "giaddr", gi, "mac", c.mac.String())
+		return nil
+	}
 	switch m.MessageType() {
 	case dhcpv4.MessageTypeDiscover:
 		ip, ok := h.leases.offer(c.key, addr4(m.RequestedIPAddress()), now)

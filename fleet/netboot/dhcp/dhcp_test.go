@@ -390,6 +390,23 @@ func TestProxyMode(t *testing.T) {
 	}
 }
 
+func TestRelayedRequests(t *testing.T) {
+	h, _ := newHandler(t, authConfig("10.9.0.10-10.9.0.20/24"), nil)
+	ctx := context.Background()
+	other := dhcpv4.WithGatewayIP(net.IPv4(10, 8, 0, 1))
+	if r := h.Reply(ctx, msg(t, mac(1), dhcpv4.MessageTypeDiscover, plain, other), ServerPort); r != nil {
+		t.Fatalf("offered %s to a client behind a relay on another subnet", r.YourIPAddr)
+	}
+	same := dhcpv4.WithGatewayIP(net.IPv4(10, 9, 0, 254))
+	r := h.Reply(ctx, msg(t, mac(1), dhcpv4.MessageTypeDiscover, plain, same), ServerPort)
+	if r == nil || !r.GatewayIPAddr.Equal(net.IPv4(10, 9, 0, 254)) {
+		t.Fatalf("relayed offer in our subnet: %v", r)
+	}
+	if d := destination(msg(t, mac(1), dhcpv4.MessageTypeDiscover, plain, same), r, &net.UDPAddr{IP: net.IPv4(10, 9, 0, 254), Port: 67}, ServerPort); d.String() != "10.9.0.254:67" {
+		t.Fatalf("relayed reply goes to %s, want the relay on port 67", d)
+	}
+}
+
 func TestParsePool(t *testing.T) {
 	for _, c := range []struct {
 		in   string
