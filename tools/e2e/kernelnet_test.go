@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -272,6 +273,12 @@ func runNetNode(t *testing.T, n netNode, index int) {
 			}
 		}
 		if len(short) == 0 {
+			var seen []string
+			for name := range sent {
+				seen = append(seen, fmt.Sprintf("%s+%d", name, after.counters[name]-before.counters[name]))
+			}
+			sort.Strings(seen)
+			t.Logf("%s: counters after the burst: %s", n.name, strings.Join(seen, " "))
 			break
 		}
 	}
