@@ -4,8 +4,10 @@ import (
 	"context"
 	"net/netip"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestNamespaceLifecycle(t *testing.T) {
@@ -32,14 +34,30 @@ func TestNamespaceLifecycle(t *testing.T) {
 		t.Fatalf("bridge address: %s", out)
 	}
 	// A process left running inside is killed by Close.
-	sleeper := n.Command(ctx, "sleep", "300")
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	sleeper := n.Command(sctx, "sleep", "300")
 	if err := sleeper.Start(); err != nil {
 		t.Fatal(err)
 	}
+	pid := strconv.Itoa(sleeper.Process.Pid)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		out, _ := exec.Command("ip", "netns", "pids", n.Name).Output()
+		if strings.Contains(" "+strings.Join(strings.Fields(string(out)), " ")+" ", " "+pid+" ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the process never entered the namespace")
+		}
+	}
+	start := time.Now()
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
 	}
 	sleeper.Wait()
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("Close left the process running for %s", took)
+	}
 	list, _ := exec.Command("ip", "netns", "list").Output()
 	if strings.Contains(string(list), n.Name) {
 		t.Fatalf("namespace %s still listed after Close", n.Name)
