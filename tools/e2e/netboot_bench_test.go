@@ -31,16 +31,16 @@ import (
 	"github.com/discord-pxe/dpxe/tools/qemu"
 )
 
-const benchClientEnv = "DPXE_NETBOOT_BENCHCLIENT"
+const nbBenchClientEnv = "DPXE_NETBOOT_BENCHCLIENT"
 
-func skipUnlessBench(b *testing.B) {
+func nbSkipUnlessBench(b *testing.B) {
 	if os.Getenv("DPXE_BENCH") != "1" {
 		b.Skip("side-by-side benchmark; set DPXE_BENCH=1 (make bench)")
 	}
 }
 
-// benchJob is what a client helper process does.
-type benchJob struct {
+// nbBenchJob is what a client helper process does.
+type nbBenchJob struct {
 	Kind string // "tftp" or "dhcp"
 	// TFTP
 	Server  string // addr:port
@@ -55,8 +55,8 @@ type benchJob struct {
 	Concurrency int
 }
 
-// benchResult is a client helper's report.
-type benchResult struct {
+// nbBenchResult is a client helper's report.
+type nbBenchResult struct {
 	Bytes      int64
 	Seconds    float64
 	Negotiated map[string]string
@@ -69,19 +69,19 @@ type benchResult struct {
 // TestNetbootBenchClientHelper is not a test: benchmarks run it inside
 // their namespace to act as a client.
 func TestNetbootBenchClientHelper(t *testing.T) {
-	raw := os.Getenv(benchClientEnv)
+	raw := os.Getenv(nbBenchClientEnv)
 	if raw == "" {
 		t.Skip("client helper of the netboot benchmarks; runs only when they start it")
 	}
-	var job benchJob
+	var job nbBenchJob
 	json.Unmarshal([]byte(raw), &job)
-	var res benchResult
+	var res nbBenchResult
 	var err error
 	switch job.Kind {
 	case "tftp":
-		res, err = runTFTPJob(job)
+		res, err = nbRunTFTPJob(job)
 	case "dhcp":
-		res, err = runDHCPJob(job)
+		res, err = nbRunDHCPJob(job)
 	default:
 		err = fmt.Errorf("unknown job %q", job.Kind)
 	}
@@ -93,9 +93,9 @@ func TestNetbootBenchClientHelper(t *testing.T) {
 	os.Exit(0)
 }
 
-// tftpFetch downloads name with a minimal RFC 1350/2347/2348/7440 client
+// nbTFTPFetch downloads name with a minimal RFC 1350/2347/2348/7440 client
 // and returns the byte count and the options the server accepted.
-func tftpFetch(server, name string, blk, win int) (int64, map[string]string, error) {
+func nbTFTPFetch(server, name string, blk, win int) (int64, map[string]string, error) {
 	dst, err := net.ResolveUDPAddr("udp4", server)
 	if err != nil {
 		return 0, nil, err
@@ -182,11 +182,11 @@ func tftpFetch(server, name string, blk, win int) (int64, map[string]string, err
 	}
 }
 
-func runTFTPJob(job benchJob) (benchResult, error) {
-	var res benchResult
+func nbRunTFTPJob(job nbBenchJob) (nbBenchResult, error) {
+	var res nbBenchResult
 	start := time.Now()
 	for i := 0; i < job.Count; i++ {
-		n, opts, err := tftpFetch(job.Server, job.File, job.Blksize, job.Window)
+		n, opts, err := nbTFTPFetch(job.Server, job.File, job.Blksize, job.Window)
 		if err != nil {
 			return res, err
 		}
@@ -197,10 +197,10 @@ func runTFTPJob(job benchJob) (benchResult, error) {
 	return res, nil
 }
 
-// runDHCPJob sends DISCOVERs from job.MACs clients, at most
+// nbRunDHCPJob sends DISCOVERs from job.MACs clients, at most
 // job.Concurrency outstanding, and measures OFFER latency.
-func runDHCPJob(job benchJob) (benchResult, error) {
-	var res benchResult
+func nbRunDHCPJob(job nbBenchJob) (nbBenchResult, error) {
+	var res nbBenchResult
 	conn, err := server4.NewIPv4UDPConn(job.Iface, &net.UDPAddr{Port: 68})
 	if err != nil {
 		return res, err
@@ -280,18 +280,18 @@ func runDHCPJob(job benchJob) (benchResult, error) {
 }
 
 // runClient runs a benchmark client job inside the environment.
-func (e *bootEnv) runClient(job benchJob) benchResult {
+func (e *nbEnv) runClient(job nbBenchJob) nbBenchResult {
 	e.t.Helper()
 	raw, _ := json.Marshal(job)
 	exe, _ := os.Executable()
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	cmd := e.ns.Command(ctx, exe, "-test.run=^TestNetbootBenchClientHelper$", "-test.count=1")
-	cmd.Env = append(os.Environ(), benchClientEnv+"="+string(raw))
+	cmd.Env = append(os.Environ(), nbBenchClientEnv+"="+string(raw))
 	out, err := cmd.Output()
 	for _, line := range strings.Split(string(out), "\n") {
 		if strings.HasPrefix(line, "RESULT ") {
-			var r benchResult
+			var r nbBenchResult
 			json.Unmarshal([]byte(strings.TrimPrefix(line, "RESULT ")), &r)
 			if r.Err != "" {
 				e.t.Fatalf("bench client %+v: %s", job, r.Err)
@@ -300,15 +300,15 @@ func (e *bootEnv) runClient(job benchJob) benchResult {
 		}
 	}
 	e.t.Fatalf("bench client %+v: no result (%v): %s", job, err, out)
-	return benchResult{}
+	return nbBenchResult{}
 }
 
 // startPeer runs a peer server inside the namespace until the test ends.
-func (e *bootEnv) startPeer(name string, args ...string) {
+func (e *nbEnv) startPeer(name string, args ...string) {
 	e.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := e.ns.Command(ctx, name, args...)
-	var log syncBuffer
+	var log nbBuffer
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {
 		cancel()
@@ -324,11 +324,11 @@ func (e *bootEnv) startPeer(name string, args ...string) {
 	time.Sleep(300 * time.Millisecond) // peers have no readiness signal
 }
 
-// mbps is a throughput in MB/s (10^6 bytes).
-func mbps(r benchResult) float64 { return float64(r.Bytes) / r.Seconds / 1e6 }
+// nbMBps is a throughput in MB/s (10^6 bytes).
+func nbMBps(r nbBenchResult) float64 { return float64(r.Bytes) / r.Seconds / 1e6 }
 
-// negotiated renders the options a server accepted.
-func negotiated(o map[string]string) string {
+// nbNegotiated renders the options a server accepted.
+func nbNegotiated(o map[string]string) string {
 	if len(o) == 0 {
 		return "none"
 	}
@@ -349,13 +349,13 @@ func negotiated(o map[string]string) string {
 // 512/1468 and windowsize 1/16/64 (and no options at all), best of three
 // runs each.
 func BenchmarkNetbootTFTP(b *testing.B) {
-	skipUnlessBench(b)
+	nbSkipUnlessBench(b)
 	for _, bin := range []string{"in.tftpd", "dnsmasq"} {
 		if _, err := exec.LookPath(bin); err != nil {
 			b.Skipf("%s not installed (make deps-bench)", bin)
 		}
 	}
-	e := newBootEnvWith(b, "off", func(hc *helperConfig) { hc.Quiet = true })
+	e := newNbEnvWith(b, "off", func(hc *nbHelperConfig) { hc.Quiet = true })
 	ctx := context.Background()
 	big := make([]byte, 32<<20)
 	rand.Read(big)
@@ -389,11 +389,11 @@ func BenchmarkNetbootTFTP(b *testing.B) {
 	fmt.Fprintf(&table, "%-10s %-13s %22s %22s %22s %8s %8s\n", "file", "asked", "dpxe MB/s", "tftpd-hpa MB/s", "dnsmasq MB/s", "/hpa", "/dnsmasq")
 	for _, f := range files {
 		for _, c := range cases {
-			best := make([]benchResult, len(servers))
+			best := make([]nbBenchResult, len(servers))
 			for round := 0; round < 3; round++ {
 				for i, s := range servers {
-					r := e.runClient(benchJob{Kind: "tftp", Server: s.addr, File: f.name, Blksize: c.blk, Window: c.win, Count: f.count})
-					if best[i].Seconds == 0 || mbps(r) > mbps(best[i]) {
+					r := e.runClient(nbBenchJob{Kind: "tftp", Server: s.addr, File: f.name, Blksize: c.blk, Window: c.win, Count: f.count})
+					if best[i].Seconds == 0 || nbMBps(r) > nbMBps(best[i]) {
 						best[i] = r
 					}
 				}
@@ -402,10 +402,10 @@ func BenchmarkNetbootTFTP(b *testing.B) {
 			if c.blk > 0 {
 				asked = fmt.Sprintf("%d/w%d", c.blk, c.win)
 			}
-			cell := func(r benchResult) string {
-				return fmt.Sprintf("%6.1f (%s)", mbps(r), strings.TrimPrefix(strings.ReplaceAll(negotiated(r.Negotiated), "windowsize=", "w"), "blksize="))
+			cell := func(r nbBenchResult) string {
+				return fmt.Sprintf("%6.1f (%s)", nbMBps(r), strings.TrimPrefix(strings.ReplaceAll(nbNegotiated(r.Negotiated), "windowsize=", "w"), "blksize="))
 			}
-			r0, r1 := mbps(best[0])/mbps(best[1]), mbps(best[0])/mbps(best[2])
+			r0, r1 := nbMBps(best[0])/nbMBps(best[1]), nbMBps(best[0])/nbMBps(best[2])
 			fmt.Fprintf(&table, "%-10s %-13s %22s %22s %22s %8.2f %8.2f\n", f.name, asked, cell(best[0]), cell(best[1]), cell(best[2]), r0, r1)
 			if f.name == "big.bin" && (c.blk == 1468 && c.win == 64 || c.blk == 0) {
 				tag := "w64"
@@ -418,26 +418,26 @@ func BenchmarkNetbootTFTP(b *testing.B) {
 		}
 	}
 	// Printed, not logged: benchmark logs are truncated.
-	fmt.Printf("TFTP throughput, client and servers in one namespace (loopback path), best of 3; (negotiated blksize/window)\n%s", table.String())
+	fmt.Printf("TFTP throughput, client and servers in one namespace (loopback path), best of 3; (nbNegotiated blksize/window)\n%s", table.String())
 }
 
 // BenchmarkNetbootDHCP compares DISCOVER→OFFER rate and latency of our
 // authoritative server and dnsmasq on a 100-address pool, with 80 client
 // MACs, 16 requests in flight, 20000 requests.
 func BenchmarkNetbootDHCP(b *testing.B) {
-	skipUnlessBench(b)
+	nbSkipUnlessBench(b)
 	if _, err := exec.LookPath("dnsmasq"); err != nil {
 		b.Skip("dnsmasq not installed")
 	}
-	job := benchJob{Kind: "dhcp", Iface: "cl0", MACs: 80, Requests: 20000, Concurrency: 16}
+	job := nbBenchJob{Kind: "dhcp", Iface: "cl0", MACs: 80, Requests: 20000, Concurrency: 16}
 	ctx := context.Background()
 
-	ours := newBootEnvWith(b, "authoritative", func(hc *helperConfig) { hc.Quiet = true })
+	ours := newNbEnvWith(b, "authoritative", func(hc *nbHelperConfig) { hc.Quiet = true })
 	ours.addLoadClient(ctx)
-	ours.runClient(benchJob{Kind: "dhcp", Iface: "cl0", MACs: 80, Requests: 200, Concurrency: 16}) // warm-up
+	ours.runClient(nbBenchJob{Kind: "dhcp", Iface: "cl0", MACs: 80, Requests: 200, Concurrency: 16}) // warm-up
 	r0 := ours.runClient(job)
 
-	peer := newBootEnvWith(b, "off", func(hc *helperConfig) { hc.Quiet = true; hc.TFTPOff = true })
+	peer := newNbEnvWith(b, "off", func(hc *nbHelperConfig) { hc.Quiet = true; hc.TFTPOff = true })
 	peer.addLoadClient(ctx)
 	base := peer.prefix.Addr().As4()
 	dir := b.TempDir()
@@ -445,10 +445,10 @@ func BenchmarkNetbootDHCP(b *testing.B) {
 		fmt.Sprintf("--dhcp-range=%d.%d.%d.100,%d.%d.%d.199,255.255.255.0,10m", base[0], base[1], base[2], base[0], base[1], base[2]),
 		"--no-ping", "--dhcp-authoritative", "--quiet-dhcp", "--dhcp-leasefile="+filepath.Join(dir, "leases"),
 		"--user=root", "--pid-file=", "--log-facility=-")
-	peer.runClient(benchJob{Kind: "dhcp", Iface: "cl0", MACs: 80, Requests: 200, Concurrency: 16})
+	peer.runClient(nbBenchJob{Kind: "dhcp", Iface: "cl0", MACs: 80, Requests: 200, Concurrency: 16})
 	r1 := peer.runClient(job)
 
-	stat := func(r benchResult) (rate, p50, p99 float64) {
+	stat := func(r nbBenchResult) (rate, p50, p99 float64) {
 		l := append([]float64(nil), r.LatencyMS...)
 		sort.Float64s(l)
 		if len(l) == 0 {
@@ -472,12 +472,12 @@ func BenchmarkNetbootDHCP(b *testing.B) {
 // "no router" answer, and from dnsmasq (DHCP + TFTP script + TFTP kernel)
 // serving the same kernel.bin with its defaults.
 func BenchmarkNetbootPXEBoot(b *testing.B) {
-	skipUnlessBench(b)
+	nbSkipUnlessBench(b)
 	const runs = 3
 	var ours, oursSlow, theirs []time.Duration
 	for i := 0; i < runs; i++ {
 		for _, slow := range []bool{false, true} {
-			e := newBootEnvWith(b, "authoritative", func(hc *helperConfig) { hc.Quiet = true; hc.SlowIPv6 = slow })
+			e := newNbEnvWith(b, "authoritative", func(hc *nbHelperConfig) { hc.Quiet = true; hc.SlowIPv6 = slow })
 			mac := fmt.Sprintf("52-54-00-be-00-%02x", i)
 			e.approve(mac, "bench-node")
 			n := e.boot(mac, "tap0", qemu.SeaBIOS, "e1000")
@@ -490,10 +490,10 @@ func BenchmarkNetbootPXEBoot(b *testing.B) {
 			}
 		}
 
-		p := newBootEnvWith(b, "off", func(hc *helperConfig) { hc.Quiet = true; hc.TFTPOff = true; hc.SlowIPv6 = true })
+		p := newNbEnvWith(b, "off", func(hc *nbHelperConfig) { hc.Quiet = true; hc.TFTPOff = true; hc.SlowIPv6 = true })
 		base := p.prefix.Addr().As4()
 		script := fmt.Sprintf("#!ipxe\nkernel tftp://%s/kernel.bin node=bench-node controller=%s cred=%s\nboot\n",
-			p.serverIP, controllerURL, p.credential("bench-node"))
+			p.serverIP, nbControllerURL, p.credential("bench-node"))
 		os.WriteFile(filepath.Join(p.bootDir, "boot.ipxe"), []byte(script), 0o644)
 		p.startPeer("dnsmasq", "-k", "-C", "/dev/null", "--port=0", "--interface="+p.ns.Bridge, "--bind-interfaces",
 			fmt.Sprintf("--dhcp-range=%d.%d.%d.100,%d.%d.%d.199,255.255.255.0,10m", base[0], base[1], base[2], base[0], base[1], base[2]),
@@ -526,7 +526,7 @@ func BenchmarkNetbootPXEBoot(b *testing.B) {
 // addLoadClient gives the DHCP load generator its own link (cl0) on the
 // bridge. Its UDP socket sends from an address of the namespace, so the
 // bridge and cl0 must accept packets with a local source address.
-func (e *bootEnv) addLoadClient(ctx context.Context) {
+func (e *nbEnv) addLoadClient(ctx context.Context) {
 	e.t.Helper()
 	e.addClientLink(ctx, "cl0", "02:00:00:00:00:c2")
 	for _, dev := range []string{e.ns.Bridge, "cl0"} {

@@ -33,11 +33,11 @@ import (
 	"github.com/discord-pxe/dpxe/tools/qemu"
 )
 
-// helperEnv carries the helper process's configuration (JSON).
-const helperEnv = "DPXE_NETBOOT_HELPER"
+// nbHelperEnv carries the helper process's configuration (JSON).
+const nbHelperEnv = "DPXE_NETBOOT_HELPER"
 
-// helperConfig is what the helper process serves.
-type helperConfig struct {
+// nbHelperConfig is what the helper process serves.
+type nbHelperConfig struct {
 	Interface  string
 	ServerIP   string
 	Mode       string // "proxy", "authoritative" or "" (no DHCP)
@@ -56,26 +56,26 @@ type helperConfig struct {
 }
 
 // TestNetbootHelperProcess is not a test: the netboot e2e tests run this
-// binary inside their namespace with helperEnv set, and this function then
+// binary inside their namespace with nbHelperEnv set, and this function then
 // serves until killed.
 func TestNetbootHelperProcess(t *testing.T) {
-	raw := os.Getenv(helperEnv)
+	raw := os.Getenv(nbHelperEnv)
 	if raw == "" {
 		t.Skip("helper process of the netboot e2e tests; runs only when they start it")
 	}
-	var hc helperConfig
+	var hc nbHelperConfig
 	if err := json.Unmarshal([]byte(raw), &hc); err != nil {
 		fmt.Fprintln(os.Stderr, "helper config:", err)
 		os.Exit(2)
 	}
-	if err := runHelper(hc); err != nil {
+	if err := nbRunHelper(hc); err != nil {
 		fmt.Fprintln(os.Stderr, "helper:", err)
 		os.Exit(1)
 	}
 	os.Exit(0)
 }
 
-func openDB(path string) (*sql.DB, error) {
+func nbOpenDB(path string) (*sql.DB, error) {
 	db, err := sql.Open("sqlite3", path+"?_busy_timeout=10000&_journal_mode=WAL")
 	if err != nil {
 		return nil, err
@@ -83,13 +83,13 @@ func openDB(path string) (*sql.DB, error) {
 	return db, nil
 }
 
-func runHelper(hc helperConfig) error {
+func nbRunHelper(hc nbHelperConfig) error {
 	level := slog.LevelDebug
 	if hc.Quiet {
 		level = slog.LevelInfo
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	db, err := openDB(hc.DB)
+	db, err := nbOpenDB(hc.DB)
 	if err != nil {
 		return err
 	}
@@ -155,10 +155,10 @@ func netbootKernel(t testing.TB) string {
 	return filepath.Join(outDir(t), "kernel.bin")
 }
 
-var subnetSeq atomic.Int32
+var nbSubnetSeq atomic.Int32
 
-// bootEnv is one namespace with a netboot server.
-type bootEnv struct {
+// nbEnv is one namespace with a netboot server.
+type nbEnv struct {
 	t        testing.TB
 	ns       *netns.NS
 	serverIP netip.Addr
@@ -166,44 +166,43 @@ type bootEnv struct {
 	base     string // http://server:8080
 	inv      *inventory.SQL
 	kernel   string
-	logs     *syncBuffer
+	logs     *nbBuffer
 	bootDir  string
 	pool     string
 }
 
-type syncBuffer struct {
+type nbBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
+func (s *nbBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
 }
-func (s *syncBuffer) String() string {
+func (s *nbBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
 }
 
-const controllerURL = "http://10.77.0.1:8081"
+const nbControllerURL = "http://10.77.0.1:8081"
 
-// newBootEnv creates the namespace and, unless mode is "none", starts the
-// netboot server in it. mode is "proxy", "authoritative" or "off" (TFTP
-// and HTTP only).
-func newBootEnv(t testing.TB, mode string) *bootEnv {
+// newNbEnv creates the namespace and starts the netboot server in it.
+// mode is "proxy", "authoritative" or "off" (no DHCP: TFTP and HTTP only).
+func newNbEnv(t testing.TB, mode string) *nbEnv {
 	t.Helper()
-	return newBootEnvWith(t, mode, func(*helperConfig) {})
+	return newNbEnvWith(t, mode, func(*nbHelperConfig) {})
 }
 
-// newBootEnvWith is newBootEnv with a hook to adjust the server's config.
-func newBootEnvWith(t testing.TB, mode string, adjust func(*helperConfig)) *bootEnv {
+// newNbEnvWith is newNbEnv with a hook to adjust the server's config.
+func newNbEnvWith(t testing.TB, mode string, adjust func(*nbHelperConfig)) *nbEnv {
 	t.Helper()
 	if err := netns.Available(); err != nil {
 		t.Skipf("netboot e2e needs root and /dev/net/tun: %v", err)
 	}
-	n := 10 + subnetSeq.Add(1)
+	n := 10 + nbSubnetSeq.Add(1)
 	prefix := netip.MustParsePrefix(fmt.Sprintf("10.77.%d.0/24", n))
 	server := netip.MustParseAddr(fmt.Sprintf("10.77.%d.1", n))
 	ctx := context.Background()
@@ -220,9 +219,9 @@ func newBootEnvWith(t testing.TB, mode string, adjust func(*helperConfig)) *boot
 	kernel := netbootKernel(t)
 	bootDir := filepath.Join(dir, "boot")
 	os.Mkdir(bootDir, 0o755)
-	copyFile(t, kernel, filepath.Join(bootDir, "kernel.bin"))
+	nbCopyFile(t, kernel, filepath.Join(bootDir, "kernel.bin"))
 	dbPath := filepath.Join(dir, "dpxe.db")
-	db, err := openDB(dbPath)
+	db, err := nbOpenDB(dbPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,12 +229,12 @@ func newBootEnvWith(t testing.TB, mode string, adjust func(*helperConfig)) *boot
 	if err := inventory.Migrate(ctx, db); err != nil {
 		t.Fatal(err)
 	}
-	e := &bootEnv{t: t, ns: ns, serverIP: server, prefix: prefix, inv: &inventory.SQL{DB: db},
-		kernel: kernel, logs: &syncBuffer{}, bootDir: bootDir,
+	e := &nbEnv{t: t, ns: ns, serverIP: server, prefix: prefix, inv: &inventory.SQL{DB: db},
+		kernel: kernel, logs: &nbBuffer{}, bootDir: bootDir,
 		base: "http://" + server.String() + ":8080"}
-	hc := helperConfig{
+	hc := nbHelperConfig{
 		Interface: ns.Bridge, ServerIP: server.String(), HTTPAddr: server.String() + ":8080",
-		BootDir: bootDir, IPXEDir: netboot.DefaultIPXEDir, Controller: controllerURL, DB: dbPath, RetrySec: 2,
+		BootDir: bootDir, IPXEDir: netboot.DefaultIPXEDir, Controller: nbControllerURL, DB: dbPath, RetrySec: 2,
 	}
 	switch mode {
 	case "authoritative":
@@ -248,7 +247,7 @@ func newBootEnvWith(t testing.TB, mode string, adjust func(*helperConfig)) *boot
 	return e
 }
 
-func copyFile(t testing.TB, from, to string) {
+func nbCopyFile(t testing.TB, from, to string) {
 	t.Helper()
 	b, err := os.ReadFile(from)
 	if err != nil {
@@ -259,7 +258,7 @@ func copyFile(t testing.TB, from, to string) {
 	}
 }
 
-func (e *bootEnv) startHelper(hc helperConfig) {
+func (e *nbEnv) startHelper(hc nbHelperConfig) {
 	e.pool = hc.Pool
 	t := e.t
 	raw, _ := json.Marshal(hc)
@@ -269,7 +268,7 @@ func (e *bootEnv) startHelper(hc helperConfig) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := e.ns.Command(ctx, exe, "-test.run=^TestNetbootHelperProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), helperEnv+"="+string(raw))
+	cmd.Env = append(os.Environ(), nbHelperEnv+"="+string(raw))
 	cmd.Stderr = e.logs
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -311,7 +310,7 @@ func (e *bootEnv) startHelper(hc helperConfig) {
 }
 
 // approve makes mac a node named id.
-func (e *bootEnv) approve(mac, id string) {
+func (e *nbEnv) approve(mac, id string) {
 	e.t.Helper()
 	hw, err := inventory.ParseMAC(mac)
 	if err != nil {
@@ -322,12 +321,12 @@ func (e *bootEnv) approve(mac, id string) {
 	}
 }
 
-func (e *bootEnv) credential(id string) string {
+func (e *nbEnv) credential(id string) string {
 	return "cred-" + strings.ReplaceAll(id, ".", "-") + "-0123456789"
 }
 
 // stages returns mac's timeline as stage names.
-func (e *bootEnv) stages(mac string) []string {
+func (e *nbEnv) stages(mac string) []string {
 	hw, _ := inventory.ParseMAC(mac)
 	ev, err := e.inv.Timeline(context.Background(), hw)
 	if err != nil {
@@ -340,7 +339,7 @@ func (e *bootEnv) stages(mac string) []string {
 	return s
 }
 
-func (e *bootEnv) timeline(mac string) string {
+func (e *nbEnv) timeline(mac string) string {
 	hw, _ := inventory.ParseMAC(mac)
 	ev, _ := e.inv.Timeline(context.Background(), hw)
 	var b strings.Builder
@@ -350,8 +349,8 @@ func (e *bootEnv) timeline(mac string) string {
 	return b.String()
 }
 
-// hasInOrder reports whether want occurs in got as a subsequence.
-func hasInOrder(got []string, want ...string) bool {
+// nbInOrder reports whether want occurs in got as a subsequence.
+func nbInOrder(got []string, want ...string) bool {
 	i := 0
 	for _, g := range got {
 		if i < len(want) && g == want[i] {
@@ -361,19 +360,19 @@ func hasInOrder(got []string, want ...string) bool {
 	return i == len(want)
 }
 
-// node is one QEMU machine on the boot network.
-type node struct {
+// nbNode is one QEMU machine on the boot network.
+type nbNode struct {
 	mac, tap string
 	fw       qemu.Firmware
 	nic      string // "e1000" or "virtio"
-	serial   *syncBuffer
+	serial   *nbBuffer
 	cancel   context.CancelFunc
 	done     chan *qemu.Result
 	start    time.Time
 }
 
 // boot starts a QEMU node that network-boots on a new tap device.
-func (e *bootEnv) boot(mac, tap string, fw qemu.Firmware, nic string) *node {
+func (e *nbEnv) boot(mac, tap string, fw qemu.Firmware, nic string) *nbNode {
 	t := e.t
 	t.Helper()
 	if err := qemu.Available(fw); err != nil {
@@ -391,7 +390,7 @@ func (e *bootEnv) boot(mac, tap string, fw qemu.Firmware, nic string) *node {
 		// No option ROM: OVMF's own virtio-net driver and PXE stack.
 		dev = "virtio-net-pci,romfile="
 	}
-	n := &node{mac: mac, tap: tap, fw: fw, nic: nic, serial: &syncBuffer{}, done: make(chan *qemu.Result, 1)}
+	n := &nbNode{mac: mac, tap: tap, fw: fw, nic: nic, serial: &nbBuffer{}, done: make(chan *qemu.Result, 1)}
 	qctx, cancel := context.WithCancel(ctx)
 	n.cancel = cancel
 	opts := qemu.Options{
@@ -427,7 +426,7 @@ func (e *bootEnv) boot(mac, tap string, fw qemu.Firmware, nic string) *node {
 }
 
 // waitFor polls cond until it holds, the node's QEMU exits, or timeout.
-func (e *bootEnv) waitFor(n *node, timeout time.Duration, what string, cond func() bool) time.Duration {
+func (e *nbEnv) waitFor(n *nbNode, timeout time.Duration, what string, cond func() bool) time.Duration {
 	e.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -453,10 +452,10 @@ func (e *bootEnv) waitFor(n *node, timeout time.Duration, what string, cond func
 // waitBooted waits until node n has booted as node id: the timeline
 // reaches kernel_fetched and the kernel's banner on the serial console
 // names the node and the controller.
-func (e *bootEnv) waitBooted(n *node, id string, timeout time.Duration) time.Duration {
+func (e *nbEnv) waitBooted(n *nbNode, id string, timeout time.Duration) time.Duration {
 	e.t.Helper()
 	e.waitFor(n, timeout, "kernel_fetched", func() bool {
-		return hasInOrder(e.stages(n.mac), "script_fetched", "kernel_fetched")
+		return nbInOrder(e.stages(n.mac), "script_fetched", "kernel_fetched")
 	})
 	return e.waitFor(n, timeout, "kernel banner with node="+id, func() bool {
 		s := n.serial.String()
@@ -464,7 +463,7 @@ func (e *bootEnv) waitBooted(n *node, id string, timeout time.Duration) time.Dur
 			e.t.Fatalf("%s: the kernel rejected its command line:\n%s", n.mac, s)
 		}
 		for _, line := range strings.Split(s, "\n") {
-			if strings.Contains(line, "node="+id) && strings.Contains(line, "controller="+controllerURL) {
+			if strings.Contains(line, "node="+id) && strings.Contains(line, "controller="+nbControllerURL) {
 				e.t.Logf("%s: kernel banner: %s", n.mac, strings.TrimSpace(line))
 				return true
 			}
@@ -475,7 +474,7 @@ func (e *bootEnv) waitBooted(n *node, id string, timeout time.Duration) time.Dur
 
 // addClientLink adds a veth pair with one end (name) for a client and the
 // other on the bridge.
-func (e *bootEnv) addClientLink(ctx context.Context, name, mac string) {
+func (e *nbEnv) addClientLink(ctx context.Context, name, mac string) {
 	e.t.Helper()
 	for _, args := range [][]string{
 		{"link", "add", name, "type", "veth", "peer", "name", name + "p"},

@@ -20,13 +20,13 @@ import (
 // is told how to get approved, then, once approved, all the way to the
 // kernel with its node ID, controller URL and credential.
 func TestNetbootAuthoritativeSeaBIOS(t *testing.T) {
-	e := newBootEnv(t, "authoritative")
+	e := newNbEnv(t, "authoritative")
 	const mac = "52-54-00-d7-00-01"
 	n := e.boot(mac, "tap0", qemu.SeaBIOS, "e1000")
 
 	// Unknown MAC: discovered, gets the waiting script.
 	e.waitFor(n, 60*time.Second, "a script fetch while unapproved", func() bool {
-		return hasInOrder(e.stages(mac), "dhcp_offer", "dhcp_ack", "script_fetched")
+		return nbInOrder(e.stages(mac), "dhcp_offer", "dhcp_ack", "script_fetched")
 	})
 	hw, _ := inventory.ParseMAC(mac)
 	node, err := e.inv.Lookup(context.Background(), hw)
@@ -42,7 +42,7 @@ func TestNetbootAuthoritativeSeaBIOS(t *testing.T) {
 	e.approve(mac, "node-a")
 	took := e.waitBooted(n, "node-a", 90*time.Second)
 	st := e.stages(mac)
-	if !hasInOrder(st, "dhcp_offer", "dhcp_ack", "script_fetched", "script_fetched", "kernel_fetched") {
+	if !nbInOrder(st, "dhcp_offer", "dhcp_ack", "script_fetched", "script_fetched", "kernel_fetched") {
 		t.Fatalf("timeline out of order:\n%s", e.timeline(mac))
 	}
 	if strings.Contains(strings.Join(st, ","), "kernel_partial") {
@@ -53,12 +53,12 @@ func TestNetbootAuthoritativeSeaBIOS(t *testing.T) {
 
 // TestNetbootAuthoritativeOVMF: the same with UEFI (OVMF) and virtio-net.
 func TestNetbootAuthoritativeOVMF(t *testing.T) {
-	e := newBootEnv(t, "authoritative")
+	e := newNbEnv(t, "authoritative")
 	const mac = "52-54-00-d7-00-02"
 	e.approve(mac, "node-uefi")
 	n := e.boot(mac, "tap0", qemu.OVMF, "virtio")
 	took := e.waitBooted(n, "node-uefi", 120*time.Second)
-	if !hasInOrder(e.stages(mac), "dhcp_offer", "dhcp_ack", "script_fetched", "kernel_fetched") {
+	if !nbInOrder(e.stages(mac), "dhcp_offer", "dhcp_ack", "script_fetched", "kernel_fetched") {
 		t.Fatalf("timeline:\n%s", e.timeline(mac))
 	}
 	recs, _ := e.inv.Nodes(context.Background())
@@ -72,13 +72,13 @@ func TestNetbootAuthoritativeOVMF(t *testing.T) {
 // option 93 = 7, gets ipxe.efi over TFTP from Debian's ipxe package, and
 // the chained iPXE comes back for its script: the full BIOS-less path.
 func TestNetbootUEFIPXEChain(t *testing.T) {
-	e := newBootEnv(t, "authoritative")
+	e := newNbEnv(t, "authoritative")
 	const mac = "52-54-00-d7-00-04"
 	e.approve(mac, "node-chain")
 	n := e.boot(mac, "tap0", qemu.OVMF, "virtio-noipxe")
 	took := e.waitBooted(n, "node-chain", 120*time.Second)
 	st := e.stages(mac)
-	if !hasInOrder(st, "dhcp_offer", "dhcp_ack", "tftp_file", "dhcp_offer", "dhcp_ack", "script_fetched", "kernel_fetched") {
+	if !nbInOrder(st, "dhcp_offer", "dhcp_ack", "tftp_file", "dhcp_offer", "dhcp_ack", "script_fetched", "kernel_fetched") {
 		t.Fatalf("timeline:\n%s", e.timeline(mac))
 	}
 	recs, _ := e.inv.Nodes(context.Background())
@@ -94,16 +94,16 @@ func TestNetbootUEFIPXEChain(t *testing.T) {
 // stack, which gets its file from the port-4011 exchange.
 func TestNetbootProxy(t *testing.T) {
 	t.Run("seabios-ipxe", func(t *testing.T) {
-		e, _, mac := proxyBoot(t, qemu.SeaBIOS, "e1000", "52-54-00-d7-00-03", "node-proxy")
+		e, _, mac := nbProxyBoot(t, qemu.SeaBIOS, "e1000", "52-54-00-d7-00-03", "node-proxy")
 		// iPXE takes the script URL from our ProxyDHCP offer (PXE
 		// discovery control 8), without the port-4011 exchange.
-		if !hasInOrder(e.stages(mac), "dhcp_offer", "script_fetched", "kernel_fetched") {
+		if !nbInOrder(e.stages(mac), "dhcp_offer", "script_fetched", "kernel_fetched") {
 			t.Fatalf("timeline:\n%s", e.timeline(mac))
 		}
 	})
 	t.Run("ovmf-pxe", func(t *testing.T) {
-		e, _, mac := proxyBoot(t, qemu.OVMF, "virtio-noipxe", "52-54-00-d7-00-05", "node-proxy-uefi")
-		if !hasInOrder(e.stages(mac), "dhcp_offer", "dhcp_ack", "tftp_file", "script_fetched", "kernel_fetched") {
+		e, _, mac := nbProxyBoot(t, qemu.OVMF, "virtio-noipxe", "52-54-00-d7-00-05", "node-proxy-uefi")
+		if !nbInOrder(e.stages(mac), "dhcp_offer", "dhcp_ack", "tftp_file", "script_fetched", "kernel_fetched") {
 			t.Fatalf("timeline:\n%s", e.timeline(mac))
 		}
 		if !strings.Contains(e.timeline(mac), "pxe-4011 file=ipxe.efi") {
@@ -112,11 +112,11 @@ func TestNetbootProxy(t *testing.T) {
 	})
 }
 
-// proxyBoot starts udhcpd (addresses from .50-.90, server .2) and our
+// nbProxyBoot starts udhcpd (addresses from .50-.90, server .2) and our
 // proxy on one network, boots a node and checks it got its address from
 // udhcpd and its boot from us.
-func proxyBoot(t *testing.T, fw qemu.Firmware, nic, mac, id string) (*bootEnv, *node, string) {
-	e := newBootEnv(t, "proxy")
+func nbProxyBoot(t *testing.T, fw qemu.Firmware, nic, mac, id string) (*nbEnv, *nbNode, string) {
+	e := newNbEnv(t, "proxy")
 	ctx := context.Background()
 	site := e.prefix.Addr().Next().Next() // .2
 	if err := e.ns.AddAddr(ctx, netip.PrefixFrom(site, 24)); err != nil {
@@ -138,7 +138,7 @@ option lease 600
 	os.WriteFile(filepath.Join(dir, "leases"), nil, 0o644)
 	uctx, stop := context.WithCancel(ctx)
 	udhcpd := e.ns.Command(uctx, "busybox", "udhcpd", "-f", "-I", site.String(), "-a", "100", filepath.Join(dir, "udhcpd.conf"))
-	var ulog syncBuffer
+	var ulog nbBuffer
 	udhcpd.Stdout, udhcpd.Stderr = &ulog, &ulog
 	if err := udhcpd.Start(); err != nil {
 		t.Fatal(err)
@@ -173,10 +173,10 @@ option lease 600
 // TestNetbootTwoNodes: two nodes booting at once get different addresses
 // and their own node IDs.
 func TestNetbootTwoNodes(t *testing.T) {
-	e := newBootEnv(t, "authoritative")
+	e := newNbEnv(t, "authoritative")
 	macs := []string{"52-54-00-d7-00-0a", "52-54-00-d7-00-0b"}
 	ids := []string{"node-1", "node-2"}
-	var nodes []*node
+	var nodes []*nbNode
 	for i := range macs {
 		e.approve(macs[i], ids[i])
 		nodes = append(nodes, e.boot(macs[i], fmt.Sprintf("tap%d", i), qemu.SeaBIOS, "e1000"))
@@ -211,7 +211,7 @@ func TestNetbootTwoNodes(t *testing.T) {
 // busybox udhcpc gets a lease, tftp-hpa and curl fetch the kernel over
 // TFTP, and path traversal fails over TFTP and HTTP.
 func TestNetbootIndependentClients(t *testing.T) {
-	e := newBootEnv(t, "authoritative")
+	e := newNbEnv(t, "authoritative")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	want, err := os.ReadFile(filepath.Join(e.bootDir, "kernel.bin"))
