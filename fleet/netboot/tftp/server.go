@@ -50,6 +50,35 @@ type Server struct {
 	NoFrontend bool
 
 	sem chan struct{}
+	// recent remembers requests handed to the engine, so a client's
+	// retransmitted RRQ (sent before our OACK reached it) does not start
+	// a second transfer. Only the Serve goroutine touches it.
+	recent map[string]time.Time
+}
+
+// rrqDedupWindow is how long an identical request from the same client
+// port counts as a retransmission.
+const rrqDedupWindow = 2 * time.Second
+
+// duplicate reports whether pkt from client was handed over within
+// rrqDedupWindow, and remembers it otherwise.
+func (s *Server) duplicate(client netip.AddrPort, pkt []byte, now time.Time) bool {
+	if s.recent == nil {
+		s.recent = map[string]time.Time{}
+	}
+	key := client.String() + "\x00" + string(pkt)
+	if t, ok := s.recent[key]; ok && now.Sub(t) < rrqDedupWindow {
+		return true
+	}
+	if len(s.recent) >= 4096 {
+		for k, t := range s.recent {
+			if now.Sub(t) >= rrqDedupWindow {
+				delete(s.recent, k)
+			}
+		}
+	}
+	s.recent[key] = now
+	return false
 }
 
 func (s *Server) log() *slog.Logger {
@@ -131,6 +160,9 @@ func (s *Server) Serve(ctx context.Context, conn *net.UDPConn) error {
 			if msg != "" {
 				conn.WriteToUDPAddrPort(errorPacket(code, msg), from)
 			}
+			continue
+		}
+		if s.duplicate(from, pkt, time.Now()) {
 			continue
 		}
 		if err := inject(raw, from, innerPort, pkt); err != nil {

@@ -189,6 +189,35 @@ func TestWindowFitsFile(t *testing.T) {
 	}
 }
 
+func TestRetransmittedRequestStartsOneTransfer(t *testing.T) {
+	addr, root, _ := startServer(t, true)
+	os.WriteFile(filepath.Join(root, "kernel.bin"), make([]byte, 5000), 0o644)
+	l, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	dst, _ := net.ResolveUDPAddr("udp4", addr)
+	req := rrq("kernel.bin", "octet", "blksize", "1468", "tsize", "0")
+	l.WriteToUDP(req, dst)
+	l.WriteToUDP(req, dst) // the client's retransmission
+	buf := make([]byte, 2048)
+	sources := map[string]bool{}
+	for {
+		l.SetReadDeadline(time.Now().Add(1500 * time.Millisecond))
+		n, from, err := l.ReadFromUDP(buf)
+		if err != nil {
+			break
+		}
+		if binary.BigEndian.Uint16(buf[:n]) == OpOACK {
+			sources[from.String()] = true
+		}
+	}
+	if len(sources) != 1 {
+		t.Fatalf("OACKs from %d transfer ports, want 1: %v", len(sources), sources)
+	}
+}
+
 func TestDownloads(t *testing.T) {
 	for _, frontend := range []bool{true, false} {
 		t.Run("frontend="+strconv.FormatBool(frontend), func(t *testing.T) {
