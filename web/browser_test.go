@@ -20,8 +20,26 @@ import (
 // chromiumPath is Debian's chromium, which tools/scripts/deps.sh installs.
 const chromiumPath = "/usr/bin/chromium"
 
-// browserWait bounds every wait for the page to reach a state.
-const browserWait = 20 * time.Second
+// browserWait bounds every step and every wait for the page to reach a
+// state; browserSession bounds the whole browser test.
+const (
+	browserWait    = 20 * time.Second
+	browserSession = 2 * time.Minute
+)
+
+// steps runs browser actions in order with a deadline. The tab must have
+// run once (a deadline on the first run would bound the tab's life).
+func steps(t *testing.T, ctx context.Context, what string, actions ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	sctx, cancel := context.WithTimeout(ctx, browserWait)
+	defer cancel()
+	if err := chromedp.Do(sctx, actions...); err != nil {
+		tctx, cancel2 := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel2()
+		text, _ := chromedp.Run(tctx, chromedp.Evaluate[string](`document.body ? document.body.innerText.slice(0, 1500) : ""`))
+		t.Fatalf("%s: %v\npage text:\n%s", what, err, text)
+	}
+}
 
 // newBrowser starts headless Chromium with a fresh profile and no
 // background networking, and returns a context for its first tab.
@@ -55,9 +73,12 @@ func newBrowser(t *testing.T) context.Context {
 		chromedp.Flag("safebrowsing-disable-auto-update", true),
 		chromedp.Flag("password-store", "basic"),
 	}
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	// The whole browser session is bounded, so a hang cannot eat the
+	// suite's time; each step below has its own, shorter deadline.
+	parent, cancelAll := context.WithTimeout(context.Background(), browserSession)
+	actx, cancelAlloc := chromedp.NewExecAllocator(parent, opts...)
 	ctx, cancel := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancel(); cancelAlloc() })
+	t.Cleanup(func() { cancel(); cancelAlloc(); cancelAll() })
 	if err := chromedp.Do(ctx); err != nil { // starts the browser
 		t.Fatalf("starting chromium: %v", err)
 	}
@@ -78,16 +99,22 @@ func artifactDir(t *testing.T) string {
 // waitJS polls a JavaScript predicate until it is truthy.
 func waitJS(t *testing.T, ctx context.Context, what, expr string) {
 	t.Helper()
-	if _, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](expr,
+	wctx, cancel := context.WithTimeout(ctx, browserWait+5*time.Second)
+	defer cancel()
+	if _, err := chromedp.Run(wctx, chromedp.Poll[chromedp.Void](expr,
 		chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(browserWait))); err != nil {
-		html, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body ? document.body.innerText.slice(0, 1500) : ""`))
+		tctx, cancel2 := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel2()
+		html, _ := chromedp.Run(tctx, chromedp.Evaluate[string](`document.body ? document.body.innerText.slice(0, 1500) : ""`))
 		t.Fatalf("waiting for %s (%s): %v\npage text:\n%s", what, expr, err, html)
 	}
 }
 
 func evalJS[T any](t *testing.T, ctx context.Context, expr string) T {
 	t.Helper()
-	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+	ectx, cancel := context.WithTimeout(ctx, browserWait)
+	defer cancel()
+	v, err := chromedp.Run(ectx, chromedp.Evaluate[T](expr))
 	if err != nil {
 		t.Fatalf("evaluating %s: %v", expr, err)
 	}
@@ -96,7 +123,9 @@ func evalJS[T any](t *testing.T, ctx context.Context, expr string) T {
 
 func screenshot(t *testing.T, ctx context.Context, file string) {
 	t.Helper()
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	sctx, cancel := context.WithTimeout(ctx, browserWait)
+	defer cancel()
+	png, err := chromedp.Run(sctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatalf("screenshot %s: %v", file, err)
 	}
@@ -130,16 +159,13 @@ func TestBrowser(t *testing.T) {
 	out := artifactDir(t)
 
 	// Log in; the login page sends us on to the fleet.
-	err := chromedp.Do(ctx,
+	steps(t, ctx, "login",
 		chromedp.Navigate(base+"/"),
 		chromedp.WaitVisible(chromedp.ID("secret")),
 		chromedp.SendKeys(chromedp.ID("secret"), testToken),
 		chromedp.Submit(chromedp.ID("secret")),
 		chromedp.WaitVisible(chromedp.ID("shardmap")),
 	)
-	if err != nil {
-		t.Fatalf("login: %v", err)
-	}
 	if n := evalJS[int](t, ctx, `document.querySelectorAll('#shardmap .group[data-node^="node-"]').length`); n != len(ids) {
 		t.Fatalf("shard map shows %d node groups, want %d", n, len(ids))
 	}
@@ -169,15 +195,15 @@ func TestBrowser(t *testing.T) {
 	// Drain in a second tab, through the confirmation.
 	tab2, cancel2 := chromedp.NewContext(ctx)
 	defer cancel2()
-	err = chromedp.Do(tab2,
+	if err := chromedp.Do(tab2); err != nil { // opens the tab, without a deadline
+		t.Fatal(err)
+	}
+	steps(t, tab2, "node page",
 		chromedp.Navigate(base+"/nodes"),
 		chromedp.WaitVisible(chromedp.CSS(`a[href="/nodes/`+victim+`"]`)),
 		chromedp.Click(chromedp.CSS(`a[href="/nodes/`+victim+`"]`)),
 		chromedp.WaitVisible(chromedp.ID("drain")),
 	)
-	if err != nil {
-		t.Fatalf("node page: %v", err)
-	}
 	screenshot(t, tab2, filepath.Join(out, "node.png"))
 	if os.Getenv("DPXE_UPDATE_SCREENSHOTS") == "1" {
 		png, _ := os.ReadFile(filepath.Join(out, "node.png"))
@@ -185,16 +211,13 @@ func TestBrowser(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := chromedp.Do(tab2, chromedp.Click(chromedp.ID("drain")), chromedp.WaitVisible(chromedp.ID("confirm"))); err != nil {
-		t.Fatalf("drain button: %v", err)
-	}
+	steps(t, tab2, "drain button", chromedp.Click(chromedp.ID("drain")), chromedp.WaitVisible(chromedp.ID("confirm")))
+	screenshot(t, tab2, filepath.Join(out, "drain-confirm.png"))
 	confirm := evalJS[string](t, tab2, `document.querySelector('main').innerText`)
 	if !strings.Contains(confirm, "move to "+ids[0]) || !strings.Contains(confirm, "pending") {
 		t.Fatalf("drain confirmation does not say what moves:\n%s", confirm)
 	}
-	if err := chromedp.Do(tab2, chromedp.Click(chromedp.ID("confirm")), chromedp.WaitVisible(chromedp.ID("undrain"))); err != nil {
-		t.Fatalf("confirming the drain: %v", err)
-	}
+	steps(t, tab2, "confirming the drain", chromedp.Click(chromedp.ID("confirm")), chromedp.WaitVisible(chromedp.ID("undrain")))
 	if d, _ := f.ctrl.Node(context.Background(), victim); !d.Draining {
 		t.Fatalf("%s not draining after the browser confirmed", victim)
 	}
@@ -214,15 +237,12 @@ func TestBrowser(t *testing.T) {
 	}
 
 	// Undrain: the victim gets a range again.
-	err = chromedp.Do(tab2,
+	steps(t, tab2, "undrain",
 		chromedp.Click(chromedp.ID("undrain")),
 		chromedp.WaitVisible(chromedp.ID("confirm")),
 		chromedp.Click(chromedp.ID("confirm")),
 		chromedp.WaitVisible(chromedp.ID("drain")),
 	)
-	if err != nil {
-		t.Fatalf("undrain: %v", err)
-	}
 	f.settle(ids...)
 	waitJS(t, ctx, "the victim's shards back", shardsOf(victim)+` > 0 && document.querySelectorAll('#shardmap .cells i.s-p').length === 0`)
 
@@ -233,25 +253,32 @@ func TestBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = chromedp.Do(tab2,
+	steps(t, tab2, "guild lookup",
 		chromedp.Navigate(base+"/guild"),
 		chromedp.WaitVisible(chromedp.ID("guild_id")),
 		chromedp.SendKeys(chromedp.ID("guild_id"), guild),
 		chromedp.Submit(chromedp.ID("guild_id")),
 		chromedp.WaitVisible(chromedp.ID("route")),
 	)
-	if err != nil {
-		t.Fatalf("guild lookup: %v", err)
-	}
+	screenshot(t, tab2, filepath.Join(out, "guild.png"))
 	shardText := evalJS[string](t, tab2, `document.getElementById('route-shard').innerText`)
 	nodeText := evalJS[string](t, tab2, `document.getElementById('route-node').innerText`)
 	if !strings.HasPrefix(shardText, fmt.Sprint(route.ShardID)+" ") || nodeText != route.NodeID {
 		t.Fatalf("guild lookup shows shard %q node %q, route says %d %s", shardText, nodeText, route.ShardID, route.NodeID)
 	}
 
+	// The audit log shows the drain and undrain done from the browser.
+	steps(t, tab2, "events page", chromedp.Navigate(base+"/events?node="+victim), chromedp.WaitVisible(chromedp.CSS("table.events")))
+	if kinds := evalJS[string](t, tab2, `document.querySelector('table.events tbody').innerText`); !strings.Contains(kinds, "undrain") || !strings.Contains(kinds, "drain") {
+		t.Fatalf("events of %s lack the drain and undrain:\n%s", victim, kinds)
+	}
+	screenshot(t, tab2, filepath.Join(out, "events.png"))
+
 	// Forged POSTs: a same-origin script without the token, and a form on
 	// another origin that submits itself to the drain endpoint.
-	status, err := chromedp.Run(tab2, chromedp.Evaluate[int](`fetch('/nodes/`+ids[2]+`/drain', {method: 'POST', body: new URLSearchParams({csrf: 'forged'})}).then(r => r.status)`,
+	fctx, cancelF := context.WithTimeout(tab2, browserWait)
+	defer cancelF()
+	status, err := chromedp.Run(fctx, chromedp.Evaluate[int](`fetch('/nodes/`+ids[2]+`/drain', {method: 'POST', body: new URLSearchParams({csrf: 'forged'})}).then(r => r.status)`,
 		chromedp.EvalAwaitPromise))
 	if err != nil || status != http.StatusForbidden {
 		t.Fatalf("forged same-origin POST: status %d, %v; want 403", status, err)
@@ -261,9 +288,7 @@ func TestBrowser(t *testing.T) {
 		fmt.Fprintf(w, `<!doctype html><form id="f" method="post" action="%s/nodes/%s/drain"><input name="csrf" value="guess"></form><script>document.getElementById('f').submit()</script>`, base, ids[2])
 	}))
 	defer evil.Close()
-	if err := chromedp.Do(tab2, chromedp.Navigate(evil.URL)); err != nil {
-		t.Fatalf("opening the forging page: %v", err)
-	}
+	steps(t, tab2, "opening the forging page", chromedp.Navigate(evil.URL))
 	waitJS(t, tab2, "the forged form's answer", `location.href.startsWith('`+base+`') && document.readyState === 'complete'`)
 	text := evalJS[string](t, tab2, `document.body.innerText`)
 	if !strings.Contains(text, "Request refused") && !strings.Contains(text, "Not logged in") {
@@ -274,10 +299,7 @@ func TestBrowser(t *testing.T) {
 	}
 
 	// Phone width: the nodes table scrolls inside its box, the page does not.
-	err = chromedp.Do(tab2, chromedp.EmulateViewport(390, 844), chromedp.Navigate(base+"/nodes"), chromedp.WaitVisible(chromedp.CSS("table.nodes")))
-	if err != nil {
-		t.Fatal(err)
-	}
+	steps(t, tab2, "phone width", chromedp.EmulateViewport(390, 844), chromedp.Navigate(base+"/nodes"), chromedp.WaitVisible(chromedp.CSS("table.nodes")))
 	if w := evalJS[int](t, tab2, `document.documentElement.scrollWidth`); w > 400 {
 		t.Errorf("nodes page is %d px wide at phone width 390", w)
 	}

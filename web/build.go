@@ -319,9 +319,12 @@ func BuildEventRows(evs []store.Event, now time.Time) []view.EventRow {
 
 // BuildMoves says where a node's shards go if it drains: the plan
 // recomputed with the node draining, intersected with its current range.
-func BuildMoves(nodes []controller.NodeView, id string, total uint32) (moves []view.Move, unplaced uint32) {
+// It also counts every shard of the fleet that would change node: ranges
+// stay contiguous, so other nodes' shards shift too.
+func BuildMoves(nodes []controller.NodeView, id string, total uint32) (moves []view.Move, unplaced, allMoved uint32) {
 	var members []controller.Member
 	var cur controller.Range
+	old := map[string]controller.Range{}
 	for _, n := range nodes {
 		if !n.Live {
 			continue
@@ -331,6 +334,7 @@ func BuildMoves(nodes []controller.NodeView, id string, total uint32) (moves []v
 			m.Draining = true
 			cur = controller.Range{Start: n.RangeStart, Count: n.RangeCount}
 		}
+		old[n.ID] = controller.Range{Start: n.RangeStart, Count: n.RangeCount}
 		members = append(members, m)
 	}
 	slices.SortFunc(members, func(a, b controller.Member) int { return strings.Compare(a.ID, b.ID) })
@@ -343,8 +347,17 @@ func BuildMoves(nodes []controller.NodeView, id string, total uint32) (moves []v
 			moves = append(moves, view.Move{To: members[i].ID, Range: rangeText(lo, hi-lo), Count: hi - lo})
 			placed += hi - lo
 		}
+		// Shards of r that member i does not hold now change node.
+		o := old[members[i].ID]
+		lo = max(r.Start, o.Start)
+		hi = min(r.Start+r.Count, o.Start+o.Count)
+		kept := uint32(0)
+		if hi > lo {
+			kept = hi - lo
+		}
+		allMoved += r.Count - kept
 	}
-	return moves, cur.Count - placed
+	return moves, cur.Count - placed, allMoved
 }
 
 // nodeBoot fetches a node's netboot section.

@@ -76,11 +76,11 @@ func newTestFleet(t testing.TB, o fleetOpts) *testFleet {
 	go func() { _ = ctrl.Run(runCtx, 100*time.Millisecond); done <- struct{}{} }()
 	go func() { _ = w.Run(runCtx); done <- struct{}{} }()
 	t.Cleanup(func() {
+		cancel() // ends the live streams too, which Close would wait for
+		<-done
+		<-done
 		f.srv.CloseClientConnections()
 		f.srv.Close()
-		cancel()
-		<-done
-		<-done
 		st.Close()
 	})
 	return f

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -108,9 +109,27 @@ type hub struct {
 	mu     sync.Mutex
 	topics map[string]*topic
 	count  int
+	closed bool
+	done   chan struct{} // closed by close: every stream ends
 }
 
-func newHub(s *Server) *hub { return &hub{s: s, topics: map[string]*topic{}} }
+func newHub(s *Server) *hub {
+	return &hub{s: s, topics: map[string]*topic{}, done: make(chan struct{})}
+}
+
+// close ends every stream and refuses new ones, so that an HTTP server's
+// graceful shutdown does not wait for open dashboards.
+func (h *hub) close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.closed {
+		h.closed = true
+		close(h.done)
+	}
+}
+
+// errClosed is returned when the dashboard is shutting down.
+var errClosed = errors.New("the dashboard is shutting down")
 
 // errTooMany is returned when maxSubscribers streams are open.
 var errTooMany = fmt.Errorf("more than %d live pages are open", maxSubscribers)
@@ -120,6 +139,10 @@ var errTooMany = fmt.Errorf("more than %d live pages are open", maxSubscribers)
 func (h *hub) subscribe(key string) (*subscriber, func(), error) {
 	sub := &subscriber{pending: map[string][]byte{}, notify: make(chan struct{}, 1)}
 	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil, nil, errClosed
+	}
 	if h.count >= maxSubscribers {
 		h.mu.Unlock()
 		return nil, nil, errTooMany
@@ -149,8 +172,9 @@ func (h *hub) subscribe(key string) (*subscriber, func(), error) {
 	}, nil
 }
 
-// run publishes every period until ctx ends.
+// run publishes every period until ctx ends, then ends every stream.
 func (h *hub) run(ctx context.Context, every time.Duration) error {
+	defer h.close()
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
@@ -351,6 +375,8 @@ func (s *Server) live(w http.ResponseWriter, r *http.Request) {
 	for {
 		select {
 		case <-r.Context().Done():
+			return
+		case <-s.hub.done:
 			return
 		case <-keep.C:
 			if s.sess.get(sid, s.cfg.Now()) == nil || !write([]byte(": keepalive\n\n")) {

@@ -266,7 +266,7 @@ func (s *Server) drainConfirm(drain bool) http.HandlerFunc {
 		v := view.DrainConfirm{Page: s.page(r, title, "nodes"), NodeID: id, Drain: drain, Live: d.Live,
 			Range: rangeText(d.RangeStart, d.RangeCount), Count: d.RangeCount}
 		if drain {
-			v.Moves, v.Unplaced = BuildMoves(s.cfg.Controller.Nodes(), id, s.cfg.Controller.Config().TotalShards)
+			v.Moves, v.Unplaced, v.AllMoved = BuildMoves(s.cfg.Controller.Nodes(), id, s.cfg.Controller.Config().TotalShards)
 		}
 		s.render(w, r, http.StatusOK, templates.DrainConfirmPage(v))
 	}

@@ -112,10 +112,16 @@ func (s *Server) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /live", s.authed(s.live))
 }
 
-// Run sends live updates to open pages until ctx ends.
+// Run sends live updates to open pages until ctx ends; then it ends
+// every live stream.
 func (s *Server) Run(ctx context.Context) error {
 	return s.hub.run(ctx, s.cfg.LiveEvery)
 }
+
+// CloseStreams ends every live-update stream and refuses new ones. Call it
+// when the HTTP server begins a graceful shutdown, which would otherwise
+// wait for open dashboards; pages fall back to reloading by hand.
+func (s *Server) CloseStreams() { s.hub.close() }
 
 type ctxKey struct{}
 

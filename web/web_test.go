@@ -409,3 +409,33 @@ func TestNetbootSections(t *testing.T) {
 		t.Error("fleet totals lack the discovered count")
 	}
 }
+
+// TestCloseStreams checks that shutting the dashboard down ends open
+// streams at once (a graceful HTTP shutdown waits for them otherwise).
+func TestCloseStreams(t *testing.T) {
+	f := seeded(t, nil)
+	c := f.client()
+	f.login(c, testToken)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", f.srv.URL+"/live?topic=node&id=node-a", nil)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 8<<20)
+	if parts := readEvent(t, sc); !strings.Contains(parts["node-shards"], `id="node-shards"`) {
+		t.Fatalf("node topic parts: %v", keys(parts))
+	}
+	f.web.CloseStreams()
+	for sc.Scan() {
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the stream stayed open after CloseStreams")
+	}
+	if code, _ := get(t, c, f.srv.URL+"/live?topic=fleet"); code != http.StatusServiceUnavailable {
+		t.Fatalf("new stream after CloseStreams: %d, want 503", code)
+	}
+}

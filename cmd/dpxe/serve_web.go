@@ -32,8 +32,10 @@ func init() {
 }
 
 // attachWeb mounts the dashboard on the fleet's mux and returns its
-// live-update loop.
-func attachWeb(_ context.Context, app *fleetApp, log *slog.Logger) (func(context.Context) error, error) {
+// live-update loop. When ctx (the server's signal context) ends, live
+// streams close at once, so the HTTP server's graceful shutdown does not
+// wait for open dashboards.
+func attachWeb(ctx context.Context, app *fleetApp, log *slog.Logger) (func(context.Context) error, error) {
 	if webFlags.off {
 		log.Info("dashboard disabled")
 		return nil, nil
@@ -41,6 +43,7 @@ func attachWeb(_ context.Context, app *fleetApp, log *slog.Logger) (func(context
 	s := web.New(web.Config{Controller: app.controller, Store: app.store, AdminHash: app.adminHash,
 		Netboot: dashboardNetboot, Log: log, LiveEvery: webFlags.liveEvery})
 	s.Register(app.mux)
+	context.AfterFunc(ctx, s.CloseStreams)
 	log.Info("dashboard at / (log in with the admin token or the dashboard password)")
 	return s.Run, nil
 }

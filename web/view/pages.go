@@ -206,6 +206,7 @@ type DrainConfirm struct {
 	Count    uint32
 	Moves    []Move
 	Unplaced uint32 // shards no other node can take
+	AllMoved uint32 // shards of the whole fleet that change node
 	Live     bool
 }
 
