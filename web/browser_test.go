@@ -96,19 +96,37 @@ func artifactDir(t *testing.T) string {
 	return t.TempDir()
 }
 
-// waitJS polls a JavaScript predicate until it is truthy.
+// waitJS polls a JavaScript predicate until it is truthy on a fully
+// loaded page. Each evaluation has its own short deadline and errors are
+// retried, so the poll survives navigations (a query bound to a page that
+// is being replaced can otherwise wait forever).
 func waitJS(t *testing.T, ctx context.Context, what, expr string) {
 	t.Helper()
-	wctx, cancel := context.WithTimeout(ctx, browserWait+5*time.Second)
-	defer cancel()
-	if _, err := chromedp.Run(wctx, chromedp.Poll[chromedp.Void](expr,
-		chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(browserWait))); err != nil {
-		tctx, cancel2 := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel2()
-		html, _ := chromedp.Run(tctx, chromedp.Evaluate[string](`document.body ? document.body.innerText.slice(0, 1500) : ""`))
-		t.Fatalf("waiting for %s (%s): %v\npage text:\n%s", what, expr, err, html)
+	deadline := time.Now().Add(browserWait)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	var lastErr error
+	for time.Now().Before(deadline) {
+		ectx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		ok, err := chromedp.Run(ectx, chromedp.Evaluate[bool](`document.readyState === 'complete' && !!(`+expr+`)`))
+		cancel()
+		if err == nil && ok {
+			return
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		lastErr = err
+		<-tick.C
 	}
+	tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	text, _ := chromedp.Run(tctx, chromedp.Evaluate[string](`document.body ? document.body.innerText.slice(0, 1500) : ""`))
+	t.Fatalf("waiting for %s (%s): not true after %v (last error %v)\npage text:\n%s", what, expr, browserWait, lastErr, text)
 }
+
+// byID is a predicate that the element with the id exists.
+func byID(id string) string { return `document.getElementById('` + id + `')` }
 
 func evalJS[T any](t *testing.T, ctx context.Context, expr string) T {
 	t.Helper()
@@ -159,13 +177,10 @@ func TestBrowser(t *testing.T) {
 	out := artifactDir(t)
 
 	// Log in; the login page sends us on to the fleet.
-	steps(t, ctx, "login",
-		chromedp.Navigate(base+"/"),
-		chromedp.WaitVisible(chromedp.ID("secret")),
-		chromedp.SendKeys(chromedp.ID("secret"), testToken),
-		chromedp.Submit(chromedp.ID("secret")),
-		chromedp.WaitVisible(chromedp.ID("shardmap")),
-	)
+	steps(t, ctx, "opening the dashboard", chromedp.Navigate(base+"/"))
+	waitJS(t, ctx, "the login form", byID("secret"))
+	steps(t, ctx, "log in", chromedp.SendKeys(chromedp.ID("secret"), testToken), chromedp.Submit(chromedp.ID("secret")))
+	waitJS(t, ctx, "the fleet page", byID("shardmap"))
 	if n := evalJS[int](t, ctx, `document.querySelectorAll('#shardmap .group[data-node^="node-"]').length`); n != len(ids) {
 		t.Fatalf("shard map shows %d node groups, want %d", n, len(ids))
 	}
@@ -198,12 +213,11 @@ func TestBrowser(t *testing.T) {
 	if err := chromedp.Do(tab2); err != nil { // opens the tab, without a deadline
 		t.Fatal(err)
 	}
-	steps(t, tab2, "node page",
-		chromedp.Navigate(base+"/nodes"),
-		chromedp.WaitVisible(chromedp.CSS(`a[href="/nodes/`+victim+`"]`)),
-		chromedp.Click(chromedp.CSS(`a[href="/nodes/`+victim+`"]`)),
-		chromedp.WaitVisible(chromedp.ID("drain")),
-	)
+	link := `a[href="/nodes/` + victim + `"]`
+	steps(t, tab2, "nodes page", chromedp.Navigate(base+"/nodes"))
+	waitJS(t, tab2, "the nodes table", `document.querySelector('`+link+`')`)
+	steps(t, tab2, "following the node link", chromedp.Click(chromedp.CSS(link)))
+	waitJS(t, tab2, "the node page", byID("drain"))
 	screenshot(t, tab2, filepath.Join(out, "node.png"))
 	if os.Getenv("DPXE_UPDATE_SCREENSHOTS") == "1" {
 		png, _ := os.ReadFile(filepath.Join(out, "node.png"))
@@ -211,13 +225,15 @@ func TestBrowser(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	steps(t, tab2, "drain button", chromedp.Click(chromedp.ID("drain")), chromedp.WaitVisible(chromedp.ID("confirm")))
+	steps(t, tab2, "drain button", chromedp.Click(chromedp.ID("drain")))
+	waitJS(t, tab2, "the drain confirmation", byID("confirm"))
 	screenshot(t, tab2, filepath.Join(out, "drain-confirm.png"))
 	confirm := evalJS[string](t, tab2, `document.querySelector('main').innerText`)
 	if !strings.Contains(confirm, "move to "+ids[0]) || !strings.Contains(confirm, "pending") {
 		t.Fatalf("drain confirmation does not say what moves:\n%s", confirm)
 	}
-	steps(t, tab2, "confirming the drain", chromedp.Click(chromedp.ID("confirm")), chromedp.WaitVisible(chromedp.ID("undrain")))
+	steps(t, tab2, "confirming the drain", chromedp.Click(chromedp.ID("confirm")))
+	waitJS(t, tab2, "the node page after the drain", byID("undrain"))
 	if d, _ := f.ctrl.Node(context.Background(), victim); !d.Draining {
 		t.Fatalf("%s not draining after the browser confirmed", victim)
 	}
@@ -237,12 +253,10 @@ func TestBrowser(t *testing.T) {
 	}
 
 	// Undrain: the victim gets a range again.
-	steps(t, tab2, "undrain",
-		chromedp.Click(chromedp.ID("undrain")),
-		chromedp.WaitVisible(chromedp.ID("confirm")),
-		chromedp.Click(chromedp.ID("confirm")),
-		chromedp.WaitVisible(chromedp.ID("drain")),
-	)
+	steps(t, tab2, "undrain button", chromedp.Click(chromedp.ID("undrain")))
+	waitJS(t, tab2, "the undrain confirmation", byID("confirm"))
+	steps(t, tab2, "confirming the undrain", chromedp.Click(chromedp.ID("confirm")))
+	waitJS(t, tab2, "the node page after the undrain", byID("drain"))
 	f.settle(ids...)
 	waitJS(t, ctx, "the victim's shards back", shardsOf(victim)+` > 0 && document.querySelectorAll('#shardmap .cells i.s-p').length === 0`)
 
@@ -253,13 +267,10 @@ func TestBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	steps(t, tab2, "guild lookup",
-		chromedp.Navigate(base+"/guild"),
-		chromedp.WaitVisible(chromedp.ID("guild_id")),
-		chromedp.SendKeys(chromedp.ID("guild_id"), guild),
-		chromedp.Submit(chromedp.ID("guild_id")),
-		chromedp.WaitVisible(chromedp.ID("route")),
-	)
+	steps(t, tab2, "guild page", chromedp.Navigate(base+"/guild"))
+	waitJS(t, tab2, "the guild form", byID("guild_id"))
+	steps(t, tab2, "guild lookup", chromedp.SendKeys(chromedp.ID("guild_id"), guild), chromedp.Submit(chromedp.ID("guild_id")))
+	waitJS(t, tab2, "the route answer", byID("route"))
 	screenshot(t, tab2, filepath.Join(out, "guild.png"))
 	shardText := evalJS[string](t, tab2, `document.getElementById('route-shard').innerText`)
 	nodeText := evalJS[string](t, tab2, `document.getElementById('route-node').innerText`)
@@ -268,7 +279,8 @@ func TestBrowser(t *testing.T) {
 	}
 
 	// The audit log shows the drain and undrain done from the browser.
-	steps(t, tab2, "events page", chromedp.Navigate(base+"/events?node="+victim), chromedp.WaitVisible(chromedp.CSS("table.events")))
+	steps(t, tab2, "events page", chromedp.Navigate(base+"/events?node="+victim))
+	waitJS(t, tab2, "the events table", `document.querySelector('table.events')`)
 	if kinds := evalJS[string](t, tab2, `document.querySelector('table.events tbody').innerText`); !strings.Contains(kinds, "undrain") || !strings.Contains(kinds, "drain") {
 		t.Fatalf("events of %s lack the drain and undrain:\n%s", victim, kinds)
 	}
@@ -289,7 +301,7 @@ func TestBrowser(t *testing.T) {
 	}))
 	defer evil.Close()
 	steps(t, tab2, "opening the forging page", chromedp.Navigate(evil.URL))
-	waitJS(t, tab2, "the forged form's answer", `location.href.startsWith('`+base+`') && document.readyState === 'complete'`)
+	waitJS(t, tab2, "the forged form's answer", `location.href.startsWith('`+base+`')`)
 	text := evalJS[string](t, tab2, `document.body.innerText`)
 	if !strings.Contains(text, "Request refused") && !strings.Contains(text, "Not logged in") {
 		t.Fatalf("forged cross-origin form was not refused:\n%.500s", text)
@@ -299,7 +311,8 @@ func TestBrowser(t *testing.T) {
 	}
 
 	// Phone width: the nodes table scrolls inside its box, the page does not.
-	steps(t, tab2, "phone width", chromedp.EmulateViewport(390, 844), chromedp.Navigate(base+"/nodes"), chromedp.WaitVisible(chromedp.CSS("table.nodes")))
+	steps(t, tab2, "phone width", chromedp.EmulateViewport(390, 844), chromedp.Navigate(base+"/nodes"))
+	waitJS(t, tab2, "the nodes table", `document.querySelector('table.nodes')`)
 	if w := evalJS[int](t, tab2, `document.documentElement.scrollWidth`); w > 400 {
 		t.Errorf("nodes page is %d px wide at phone width 390", w)
 	}
