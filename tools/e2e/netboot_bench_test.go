@@ -434,9 +434,6 @@ func BenchmarkNetbootDHCP(b *testing.B) {
 
 	ours := newNbEnvWith(b, "authoritative", func(hc *nbHelperConfig) { hc.Quiet = true })
 	ours.addLoadClient(ctx)
-	ours.runClient(nbBenchJob{Kind: "dhcp", Iface: "cl0", MACs: 80, Requests: 200, Concurrency: 16}) // warm-up
-	r0 := ours.runClient(job)
-
 	peer := newNbEnvWith(b, "off", func(hc *nbHelperConfig) { hc.Quiet = true; hc.TFTPOff = true })
 	peer.addLoadClient(ctx)
 	base := peer.prefix.Addr().As4()
@@ -445,8 +442,23 @@ func BenchmarkNetbootDHCP(b *testing.B) {
 		fmt.Sprintf("--dhcp-range=%d.%d.%d.100,%d.%d.%d.199,255.255.255.0,10m", base[0], base[1], base[2], base[0], base[1], base[2]),
 		"--no-ping", "--dhcp-authoritative", "--quiet-dhcp", "--dhcp-leasefile="+filepath.Join(dir, "leases"),
 		"--user=root", "--pid-file=", "--log-facility=-")
-	peer.runClient(nbBenchJob{Kind: "dhcp", Iface: "cl0", MACs: 80, Requests: 200, Concurrency: 16})
-	r1 := peer.runClient(job)
+	warm := nbBenchJob{Kind: "dhcp", Iface: "cl0", MACs: 80, Requests: 200, Concurrency: 16}
+	ours.runClient(warm)
+	peer.runClient(warm)
+	// Alternate the two servers for three rounds and keep each one's best
+	// round: the machine is shared, and a busy neighbour should not decide
+	// the ratio.
+	var r0, r1 nbBenchResult
+	better := func(a, b nbBenchResult) nbBenchResult {
+		if a.Seconds == 0 || b.Seconds > 0 && float64(b.Offers)/b.Seconds > float64(a.Offers)/a.Seconds {
+			return b
+		}
+		return a
+	}
+	for round := 0; round < 3; round++ {
+		r0 = better(r0, ours.runClient(job))
+		r1 = better(r1, peer.runClient(job))
+	}
 
 	stat := func(r nbBenchResult) (rate, p50, p99 float64) {
 		l := append([]float64(nil), r.LatencyMS...)
@@ -458,7 +470,7 @@ func BenchmarkNetbootDHCP(b *testing.B) {
 	}
 	a, ap50, ap99 := stat(r0)
 	d, dp50, dp99 := stat(r1)
-	b.Logf("DHCP DISCOVER→OFFER, 100-address pool, 80 MACs, 16 in flight, %d requests:\n"+
+	b.Logf("DHCP DISCOVER→OFFER, 100-address pool, 80 MACs, 16 in flight, %d requests, best of 3 alternating rounds:\n"+
 		"  dpxe:    %7.0f offers/s  p50 %.2f ms  p99 %.2f ms  lost %d\n"+
 		"  dnsmasq: %7.0f offers/s  p50 %.2f ms  p99 %.2f ms  lost %d\n"+
 		"  ratio dpxe/dnsmasq: rate %.2f, p99 %.2f", job.Requests, a, ap50, ap99, r0.Lost, d, dp50, dp99, r1.Lost, a/d, ap99/dp99)
@@ -530,7 +542,8 @@ func (e *nbEnv) addLoadClient(ctx context.Context) {
 	e.t.Helper()
 	e.addClientLink(ctx, "cl0", "02:00:00:00:00:c2")
 	for _, dev := range []string{e.ns.Bridge, "cl0"} {
-		if _, err := e.ns.Run(ctx, "sysctl", "-q", "-w", "net.ipv4.conf."+dev+".accept_local=1"); err != nil {
+		// /proc/sys/net is the namespace's own for a process inside it.
+		if _, err := e.ns.Run(ctx, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/conf/"+dev+"/accept_local"); err != nil {
 			e.t.Fatal(err)
 		}
 	}
