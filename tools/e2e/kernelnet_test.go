@@ -126,7 +126,8 @@ type netNode struct {
 }
 
 // TestKernelNet boots the kernel on each NIC model in a namespace with
-// dnsmasq as the DHCP server: the node must print its lease, answer ping
+// dnsmasq as the DHCP and DNS server: the node must print its lease,
+// resolve the controller's host name, answer ping
 // from the namespace, count a burst of malformed frames in the right
 // counters and still answer ping afterwards. One node runs with a static
 // ip= instead of DHCP; the e1000 node also waits for its renewal at T1.
@@ -163,7 +164,9 @@ func runNetNode(t *testing.T, n netNode, index int) {
 	nodeIP := subnet + ".50"
 
 	if !n.static {
-		dnsmasq := ns.Command(ctx, "dnsmasq", "--no-daemon", "--conf-file=/dev/null", "--port=0",
+		dnsmasq := ns.Command(ctx, "dnsmasq", "--no-daemon", "--conf-file=/dev/null",
+			"--port=53", "--no-resolv", "--no-hosts", "--local-ttl=60", // DNS for controller.test only
+			"--host-record=controller.test,"+subnet+".1",
 			"--interface=br0", "--bind-interfaces", "--no-ping", "--pid-file=",
 			"--dhcp-leasefile="+filepath.Join(t.TempDir(), "leases"),
 			"--dhcp-range="+subnet+".100,"+subnet+".150,255.255.255.0,2m",
@@ -183,9 +186,10 @@ func runNetNode(t *testing.T, n netNode, index int) {
 		}()
 	}
 
-	cfg := appliance.BootConfig{NodeID: "net-" + n.name}
+	cfg := appliance.BootConfig{NodeID: "net-" + n.name, Controller: "http://controller.test:8080"}
 	if n.static {
 		cfg.StaticIP = nodeIP + "/24," + subnet + ".1"
+		cfg.Controller = "http://" + subnet + ".1:8080" // no DNS server without DHCP
 	}
 	serial := &nodeSerial{}
 	done := make(chan struct{})
@@ -245,6 +249,14 @@ func runNetNode(t *testing.T, n netNode, index int) {
 			t.Fatal("no DHCP lease within 60 s")
 		}
 		t.Logf("%s: DHCP discover to bound in %s ms", n.name, m[1])
+		d := serial.waitFor(regexp.MustCompile(`dns: controller\.test -> `+regexp.QuoteMeta(subnet+".1")+` ttl 60s in (\d+) ms`), 15*time.Second)
+		if d == nil {
+			t.Fatal("the controller name was not resolved through dnsmasq")
+		}
+		t.Logf("%s: DNS controller.test resolved in %s ms", n.name, d[1])
+	}
+	if n.static && serial.waitFor(regexp.MustCompile(`controller: `+regexp.QuoteMeta(subnet+".1")+` \(address given\)`), 10*time.Second) == nil {
+		t.Fatal("no controller line for an IPv4 controller URL")
 	}
 
 	rtt, got := pingNode(t, ctx, ns, nodeIP, 5)
