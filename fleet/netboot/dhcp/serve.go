@@ -2,6 +2,7 @@ package dhcp
 
 import (
 	"context"
+	"log/slog"
 	"net"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
@@ -22,13 +23,19 @@ func Listen(ifname string, port int) (*net.UDPConn, error) {
 func (h *Handler) Serve(ctx context.Context, conn net.PacketConn, port int) error {
 	srv, err := server4.NewServer("", nil, func(c net.PacketConn, peer net.Addr, m *dhcpv4.DHCPv4) {
 		r := h.Reply(ctx, m, port)
+		debug := h.log.Enabled(ctx, slog.LevelDebug)
 		if r == nil {
+			if !debug {
+				return
+			}
 			h.log.Debug("dhcp: no reply", "port", port, "from", peer, "type", m.MessageType(), "mac", m.ClientHWAddr.String())
 			return
 		}
 		dst := destination(m, r, peer, port)
-		h.log.Debug("dhcp: reply", "port", port, "from", peer, "type", m.MessageType(), "mac", m.ClientHWAddr.String(),
-			"reply", r.MessageType(), "to", dst, "yiaddr", r.YourIPAddr, "file", r.BootFileName)
+		if debug {
+			h.log.Debug("dhcp: reply", "port", port, "from", peer, "type", m.MessageType(), "mac", m.ClientHWAddr.String(),
+				"reply", r.MessageType(), "to", dst, "yiaddr", r.YourIPAddr, "file", r.BootFileName)
+		}
 		if _, err := c.WriteTo(r.ToBytes(), dst); err != nil {
 			h.log.Warn("dhcp: sending reply failed", "to", dst, "type", r.MessageType(), "err", err)
 		}
