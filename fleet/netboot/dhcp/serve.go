@@ -17,11 +17,23 @@ func Listen(ifname string, port int) (*net.UDPConn, error) {
 	return server4.NewIPv4UDPConn(ifname, &net.UDPAddr{Port: port})
 }
 
+// MaxInFlight bounds the requests handled at once per socket; server4
+// starts a goroutine per datagram, and a flood beyond this is dropped
+// rather than queued (DHCP clients retransmit).
+const MaxInFlight = 1024
+
 // Serve answers the requests arriving on conn, which listens on port
 // (ServerPort or PXEServerPort), until ctx ends or conn fails. Each request
-// is handled in its own goroutine by server4.
+// is handled in its own goroutine by server4, at most MaxInFlight at once.
 func (h *Handler) Serve(ctx context.Context, conn net.PacketConn, port int) error {
+	sem := make(chan struct{}, MaxInFlight)
 	srv, err := server4.NewServer("", nil, func(c net.PacketConn, peer net.Addr, m *dhcpv4.DHCPv4) {
+		select {
+		case sem <- struct{}{}:
+			defer func() { <-sem }()
+		default:
+			return
+		}
 		r := h.Reply(ctx, m, port)
 		debug := h.log.Enabled(ctx, slog.LevelDebug)
 		if r == nil {
