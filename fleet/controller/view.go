@@ -13,6 +13,9 @@ import (
 
 // This file holds read-only views for the web dashboard: the whole shard
 // map in one pass, recent Identify activity, and a filtered audit log.
+// The last two read the store's events table through Store.DB(), because
+// fleet/store has no newest-first or node-filtered event query yet; they
+// would sit better there. They are tested in web/controllerviews_test.go.
 
 // ShardCell is the dashboard's state of one global shard.
 type ShardCell uint8
