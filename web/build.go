@@ -125,7 +125,7 @@ func BuildNodeRow(n controller.NodeView, boot BootSummary, now time.Time) view.N
 		Ready: n.ReadyShards, Starting: n.StartingShards, Backoff: n.BackoffShards, Fatal: n.FatalShards, Pending: n.Pending,
 		Status: nodeStatus(n), Live: n.Live, Draining: n.Draining,
 		Lease:       view.Countdown{Deadline: n.LeaseDeadline, Now: now},
-		LastCheckin: view.Ago(now, n.LastSeen), LastCheckinAt: n.LastSeen}
+		LastCheckin: view.Moment{At: n.LastSeen, Now: now}}
 	if boot.LastStageFailed && r.BootStage != "" {
 		r.BootStage += " (failed)"
 	}
@@ -135,7 +135,7 @@ func BuildNodeRow(n controller.NodeView, boot BootSummary, now time.Time) view.N
 // BuildTotals counts nodes and shards.
 func BuildTotals(nodes []controller.NodeView, plan controller.PlanView, discovered int, netboot bool, now time.Time) view.Totals {
 	t := view.Totals{TotalShards: plan.TotalShards, Generation: plan.Generation, Rebalancing: plan.Rebalancing,
-		Discovered: discovered, DiscoveredKnown: netboot, PlanChanged: view.Ago(now, plan.ChangedAt)}
+		Discovered: discovered, DiscoveredKnown: netboot, PlanChanged: view.Moment{At: plan.ChangedAt, Now: now}}
 	if !plan.GraceUntil.IsZero() {
 		t.GraceUntil = view.Stamp(plan.GraceUntil)
 	}
@@ -197,7 +197,7 @@ func BuildIdentify(acts []controller.BucketActivity, window time.Duration, now t
 				last = a.LastGrant
 			}
 		}
-		bar.LastGrant = view.Ago(now, last)
+		bar.LastGrant = view.Moment{At: last, Now: now}
 		v.Granted += bar.Granted
 		v.Refused += bar.Refused
 		busiest = max(busiest, bar.Granted+bar.Refused)

@@ -203,7 +203,7 @@ func TestBuildIdentify(t *testing.T) {
 	if len(v.Bars) != maxBucketRows || v.Bars[0].Label != "0–3" || v.Bars[15].Label != "60–63" {
 		t.Fatalf("bars %+v", v.Bars)
 	}
-	if v.Granted != 5 || v.Refused != 2 || v.Bars[0].Width != 100 || v.Bars[1].Width != 50 || v.Bars[15].LastGrant != "3 s ago" || v.Bars[2].LastGrant != "never" {
+	if v.Granted != 5 || v.Refused != 2 || v.Bars[0].Width != 100 || v.Bars[1].Width != 50 || v.Bars[15].LastGrant.Text() != "3 s ago" || v.Bars[2].LastGrant.Text() != "never" {
 		t.Fatalf("identify %+v", v)
 	}
 	v = BuildIdentify(acts[:3], 5*time.Minute, now)

@@ -93,10 +93,11 @@ type topic struct {
 }
 
 // rendered is one rendering of a topic. Coarse parts are whole page
-// sections. Fine parts are pieces of the "shardmap" section (its head and
-// each group): while the layout (block size, which groups) is unchanged,
-// subscribers get only the fine parts that changed instead of the whole
-// map, which is most of a large fleet page.
+// sections. Fine parts are pieces of one coarse part (fineOf): the shard
+// map's head and groups, or the nodes table's rows. While the layout
+// (block size and groups, or the rows in order) is unchanged, subscribers
+// get only the fine parts that changed instead of the whole section, which
+// is most of a large fleet or nodes page.
 type rendered struct {
 	coarse map[string][]byte
 	fine   map[string][]byte
@@ -211,7 +212,7 @@ func (h *hub) publish(ctx context.Context) {
 		fineOK := r.fine != nil && t.fine != nil && r.layout == t.layout
 		changed := map[string][]byte{}
 		for id, v := range r.coarse {
-			if fineOK && id == "shardmap" {
+			if fineOK && fineOf[id] {
 				continue
 			}
 			if !bytes.Equal(t.last[id], v) {
@@ -239,6 +240,10 @@ func (h *hub) publish(ctx context.Context) {
 		}
 	}
 }
+
+// fineOf names the coarse parts that are sent as fine parts while their
+// layout holds.
+var fineOf = map[string]bool{"shardmap": true, "node-rows": true}
 
 // topicKey validates a /live query and returns its topic key.
 func topicKey(q url.Values) (string, bool) {
@@ -273,6 +278,12 @@ func (s *Server) renderTopic(ctx context.Context, key string) (rendered, error) 
 	switch kind {
 	case "fleet":
 		v := s.fleetView(ctx, p)
+		// Absolute times, so parts change only when the fleet does; the
+		// page script shows them relative.
+		v.Totals.PlanChanged.Stable = true
+		for i := range v.Identify.Bars {
+			v.Identify.Bars[i].LastGrant.Stable = true
+		}
 		coarse["totals"] = templates.TotalsPanel(v.Totals)
 		coarse["budget"] = templates.BudgetPanel(v.Budget)
 		coarse["identify"] = templates.IdentifyPanel(v.Identify)
@@ -288,12 +299,21 @@ func (s *Server) renderTopic(ctx context.Context, key string) (rendered, error) 
 		key, desc := sortKey(q)
 		rows, _ := s.nodeRows(ctx, key, desc)
 		page, _, _ := pageOf(rows, q)
-		coarse["node-rows"] = templates.NodeRows(page, s.cfg.Netboot != nil)
+		nb := s.cfg.Netboot != nil
+		fine = map[string]templ.Component{}
+		fmt.Fprintf(&layout, "%v", nb)
+		for i := range page {
+			page[i].Lease.Stable, page[i].LastCheckin.Stable = true, true
+			fine[page[i].RowID()] = templates.NodeTableRow(page[i], nb)
+			layout.WriteString(" " + page[i].RowID())
+		}
+		coarse["node-rows"] = templates.NodeRows(page, nb)
 	case "node":
 		v, err := s.nodeView(ctx, p, rest, false)
 		if err != nil {
 			return rendered{}, err
 		}
+		v.Row.Lease.Stable, v.Row.LastCheckin.Stable, v.StatusAt.Stable = true, true, true
 		coarse["node-summary"] = templates.NodeSummary(v)
 		coarse["node-shards"] = templates.NodeShards(v)
 	default:

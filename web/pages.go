@@ -99,7 +99,7 @@ func sortRows(rows []view.NodeRow, key string, desc bool) {
 		case "lease":
 			c = a.Lease.Deadline.Compare(b.Lease.Deadline)
 		case "checkin":
-			c = a.LastCheckinAt.Compare(b.LastCheckinAt)
+			c = a.LastCheckin.At.Compare(b.LastCheckin.At)
 		case "status":
 			c = strings.Compare(a.Status, b.Status)
 		case "boot":
@@ -220,11 +220,7 @@ func (s *Server) nodeView(ctx context.Context, p view.Page, id string, withEvent
 	if v.Held == "" {
 		v.Held = "none"
 	}
-	if !d.StatusAt.IsZero() {
-		v.StatusAt = view.Ago(now, d.StatusAt)
-	} else {
-		v.StatusAt = "never (the node reports counts only)"
-	}
+	v.StatusAt = view.Moment{At: d.StatusAt, Now: now}
 	v.Shards, v.Counts = BuildShardRows(d, c.ShardMap())
 	if withEvents {
 		v.Boot = s.nodeBoot(ctx, id, now)

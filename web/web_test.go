@@ -439,3 +439,37 @@ func TestCloseStreams(t *testing.T) {
 		t.Fatalf("new stream after CloseStreams: %d, want 503", code)
 	}
 }
+
+// TestLiveNodeRows checks that the nodes table's live updates carry only
+// the rows that changed, with absolute times that do not change by
+// themselves every second.
+func TestLiveNodeRows(t *testing.T) {
+	f := seeded(t, nil)
+	c := f.client()
+	f.login(c, testToken)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", f.srv.URL+"/live?topic=nodes&sort=id", nil)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 8<<20)
+	first := readEvent(t, sc)
+	if !strings.Contains(first["node-rows"], `<tr id="n-node-b">`) || !strings.Contains(first["node-rows"], ">until ") {
+		t.Fatalf("first event: %v", first["node-rows"])
+	}
+	f.mu.Lock()
+	f.state["0"] = appliance.ShardBackoff
+	f.mu.Unlock()
+	f.checkin("node-a")
+	parts := readEvent(t, sc)
+	if _, ok := parts["n-node-a"]; !ok || len(parts) != 1 {
+		t.Fatalf("after node-a checked in: parts %v, want only n-node-a", keys(parts))
+	}
+	if !strings.Contains(parts["n-node-a"], `<td class="n warn">1</td>`) {
+		t.Fatalf("node-a's row lacks its BACKOFF count:\n%s", parts["n-node-a"])
+	}
+}

@@ -15,6 +15,11 @@
 
   function tick() {
     var now = Date.now() + offset;
+    var ago = document.querySelectorAll("time.ago");
+    for (var j = 0; j < ago.length; j++) {
+      var d = now - Date.parse(ago[j].getAttribute("datetime"));
+      ago[j].textContent = d < 1000 ? "just now" : span(d) + " ago";
+    }
     var els = document.querySelectorAll("time.countdown");
     for (var i = 0; i < els.length; i++) {
       var left = Date.parse(els[i].getAttribute("datetime")) - now;
@@ -23,6 +28,7 @@
     }
   }
   setInterval(tick, 1000);
+  tick();
 
   // Shard-map cells carry no per-cell text (thousands of them); name the
   // shard range under the pointer in the cell's title on demand.

@@ -1,9 +1,6 @@
 package view
 
-import (
-	"strconv"
-	"time"
-)
+import "strconv"
 
 // Totals are the fleet's headline counts.
 type Totals struct {
@@ -17,7 +14,7 @@ type Totals struct {
 	Ready, Starting, Backoff, Fatal, Pending, Unowned int
 	TotalShards                                       uint32
 	Generation                                        uint64
-	PlanChanged                                       string // "4 min ago"
+	PlanChanged                                       Moment
 	Rebalancing                                       bool   // a membership change awaits the next rebalance
 	GraceUntil                                        string // restart grace end, "" when none
 }
@@ -35,8 +32,8 @@ type Budget struct {
 type BucketBar struct {
 	Label            string // "bucket 3" or "buckets 0–63"
 	Granted, Refused int
-	Width            int    // bar width in percent of the busiest row
-	LastGrant        string // "12 s ago", "never"
+	Width            int // bar width in percent of the busiest row
+	LastGrant        Moment
 }
 
 // Identify is the Identify activity panel.
@@ -104,9 +101,12 @@ type NodeRow struct {
 	Status                       string // live, draining, expired, waiting
 	Live, Draining               bool
 	Lease                        Countdown
-	LastCheckin                  string // "3 s ago"
-	LastCheckinAt                time.Time
+	LastCheckin                  Moment
 }
+
+// RowID is the row's element ID (node IDs are letters, digits, '-', '_'
+// and '.', all valid in an ID).
+func (r NodeRow) RowID() string { return "n-" + r.ID }
 
 // Column is a sortable column of the nodes table.
 type Column struct {
@@ -183,7 +183,7 @@ type Node struct {
 	Generation uint64 // the plan's current generation
 	AckedGen   uint64
 	Held       string // ranges text of the shards it may run
-	StatusAt   string
+	StatusAt   Moment // when the node last reported per-shard status
 	Shards     []ShardRow
 	Counts     [NumStates]int
 	Boot       Boot

@@ -96,6 +96,10 @@ func Millis(t time.Time) string {
 type Countdown struct {
 	Deadline time.Time // zero: no lease
 	Now      time.Time
+	// Stable renders the absolute time instead of the distance from Now,
+	// so live updates do not change every second; the page script turns
+	// it into "in 23 s" as it arrives.
+	Stable bool
 }
 
 // Text is the countdown as rendered by the server.
@@ -103,11 +107,35 @@ func (c Countdown) Text() string {
 	switch {
 	case c.Deadline.IsZero():
 		return "no lease"
+	case c.Stable:
+		return "until " + Clock(c.Deadline)
 	case !c.Deadline.After(c.Now):
 		return "expired"
 	}
 	return "in " + Span(c.Deadline.Sub(c.Now))
 }
+
+// Moment is a past time shown as "3 s ago" and kept current by the page
+// script.
+type Moment struct {
+	At     time.Time // zero: never
+	Now    time.Time
+	Stable bool // render the absolute time (see Countdown.Stable)
+}
+
+// Text is the moment as rendered by the server.
+func (m Moment) Text() string {
+	switch {
+	case m.At.IsZero():
+		return "never"
+	case m.Stable:
+		return "at " + Clock(m.At)
+	}
+	return Ago(m.Now, m.At)
+}
+
+// Clock formats the time of day in UTC, "16:57:21Z".
+func Clock(t time.Time) string { return t.UTC().Format("15:04:05Z") }
 
 // Urgent reports whether less than a third of a 30 s lease remains, the
 // point where a healthy node should already have renewed.
