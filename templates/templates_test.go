@@ -144,3 +144,16 @@ func TestCellsMatchesStates(t *testing.T) {
 		t.Fatalf("Cells:\n got %s\nwant %s", got, want.String())
 	}
 }
+
+func TestNodeShardsStatusLine(t *testing.T) {
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	html := render(t, NodeShards(view.Node{StatusAt: view.Moment{At: now.Add(-time.Second), Now: now},
+		Shards: []view.ShardRow{{ID: 1, State: view.Ready}}, Counts: [view.NumStates]int{view.Ready: 1}}))
+	if !strings.Contains(html, `Status reported <time class="ago" datetime="2026-11-29T11:59:59.000Z">1 s ago</time>`) {
+		t.Fatalf("status line:\n%s", html)
+	}
+	html = render(t, NodeShards(view.Node{Shards: []view.ShardRow{{ID: 1, State: view.Held}}}))
+	if !strings.Contains(html, "reports counts only") {
+		t.Fatalf("no per-shard status:\n%s", html)
+	}
+}
