@@ -317,4 +317,12 @@ func TestBrowser(t *testing.T) {
 		t.Errorf("nodes page is %d px wide at phone width 390", w)
 	}
 	screenshot(t, tab2, filepath.Join(out, "nodes-phone.png"))
+	for name, path := range map[string]string{"fleet": "/", "node": "/nodes/" + victim, "events": "/events", "guild": "/guild?guild_id=" + guild} {
+		steps(t, tab2, "phone width "+path, chromedp.Navigate(base+path))
+		waitJS(t, tab2, "the page at phone width", `document.querySelector('main h1')`)
+		if w := evalJS[int](t, tab2, `document.documentElement.scrollWidth`); w > 400 {
+			t.Errorf("%s is %d px wide at phone width 390", path, w)
+		}
+		screenshot(t, tab2, filepath.Join(out, name+"-phone.png"))
+	}
 }

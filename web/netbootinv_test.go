@@ -21,8 +21,16 @@ func TestInventoryNetboot(t *testing.T) {
 	ctx := context.Background()
 	var inv *inventory.SQL
 	f := newTestFleet(t, fleetOpts{total: 16, maxConc: 1, netbootFor: func(st *store.Store, c *controller.Controller) Netboot {
-		if err := inventory.Migrate(ctx, st.DB()); err != nil {
+		// The store may already carry the inventory's tables as one of its
+		// migrations; create them only if it does not.
+		var n int
+		if err := st.DB().QueryRowContext(ctx, `SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'netboot_nodes'`).Scan(&n); err != nil {
 			t.Fatal(err)
+		}
+		if n == 0 {
+			if err := inventory.Migrate(ctx, st.DB()); err != nil {
+				t.Fatal(err)
+			}
 		}
 		inv = &inventory.SQL{DB: st.DB()}
 		return &InventoryNetboot{Inv: inv, Ctrl: c}
