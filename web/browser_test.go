@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 
 	"github.com/discord-pxe/dpxe/appliance"
@@ -259,6 +261,39 @@ func TestBrowser(t *testing.T) {
 	waitJS(t, tab2, "the node page after the undrain", byID("drain"))
 	f.settle(ids...)
 	waitJS(t, ctx, "the victim's shards back", shardsOf(victim)+` > 0 && document.querySelectorAll('#shardmap .cells i.s-p').length === 0`)
+
+	// With JavaScript off the same forms drain and undrain (no live
+	// updates, no countdowns: plain pages).
+	tab3, cancel3 := chromedp.NewContext(ctx)
+	defer cancel3()
+	if err := chromedp.Do(tab3); err != nil {
+		t.Fatal(err)
+	}
+	noJS := ids[3]
+	steps(t, tab3, "turning JavaScript off", chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := cdp.Call(ctx, tg, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: true})
+		return err
+	}), chromedp.Navigate(base+"/nodes/"+noJS))
+	waitJS(t, tab3, "the node page without JavaScript", byID("drain"))
+	if text := evalJS[string](t, tab3, `document.getElementById('live-status').textContent`); !strings.Contains(text, "need JavaScript") {
+		t.Fatalf("the page script ran although JavaScript is off: %q", text)
+	}
+	steps(t, tab3, "drain without JavaScript", chromedp.Click(chromedp.ID("drain")))
+	waitJS(t, tab3, "the confirmation without JavaScript", byID("confirm"))
+	steps(t, tab3, "confirm without JavaScript", chromedp.Click(chromedp.ID("confirm")))
+	waitJS(t, tab3, "the drained node without JavaScript", byID("undrain"))
+	if d, _ := f.ctrl.Node(context.Background(), noJS); !d.Draining {
+		t.Fatalf("%s not draining after the JavaScript-free form", noJS)
+	}
+	steps(t, tab3, "undrain without JavaScript", chromedp.Click(chromedp.ID("undrain")))
+	waitJS(t, tab3, "the undrain confirmation without JavaScript", byID("confirm"))
+	steps(t, tab3, "confirm undrain without JavaScript", chromedp.Click(chromedp.ID("confirm")))
+	waitJS(t, tab3, "the undrained node without JavaScript", byID("drain"))
+	if d, _ := f.ctrl.Node(context.Background(), noJS); d.Draining {
+		t.Fatalf("%s still draining after the JavaScript-free undrain", noJS)
+	}
+	cancel3()
+	f.settle(ids...)
 
 	// Guild lookup gives the same answer as the route endpoint.
 	const guild = "81384788765712384"
