@@ -22,7 +22,7 @@ import (
 func init() {
 	register(&command{
 		name:    "nodes",
-		summary: "list nodes, add one (prints its credential), drain or undrain",
+		summary: "list nodes; add, rotate, drain, undrain, show NAME; machines; approve MAC --id NAME",
 		run:     runNodes,
 	})
 }
@@ -72,24 +72,37 @@ func (c *nodesClient) do(ctx context.Context, method, path string, body, out any
 }
 
 func runNodes(ctx context.Context, args []string) error {
-	fs := newFlagSet("nodes", "[flags] [add NAME | rotate NAME | drain NAME | undrain NAME]")
+	fs := newFlagSet("nodes", "[flags] [add|rotate|drain|undrain|show NAME | machines | approve MAC --id NAME | retire MAC]")
 	server := fs.String("server", "http://"+defaultListen, "controller base URL")
 	tokenFile := fs.String("token-file", "./var/"+adminTokenName, "admin token file written by `dpxe serve`")
 	dbPath := fs.String("db", "", "work on this SQLite file directly instead of a running controller (list and add only)")
-	if err := parseFlags(fs, args); err != nil {
+	id := fs.String("id", "", "with approve: the node ID the machine boots as")
+	rest, err := parseInterspersed(fs, args)
+	if err != nil {
 		return err
 	}
-	rest := fs.Args()
-	verb, name := "list", ""
+	verb, name, mac := "list", "", ""
 	switch {
 	case len(rest) == 0:
-	case len(rest) == 2 && (rest[0] == "add" || rest[0] == "rotate" || rest[0] == "drain" || rest[0] == "undrain"):
+	case len(rest) == 1 && rest[0] == "machines":
+		verb = "machines"
+	case len(rest) == 2 && (rest[0] == "add" || rest[0] == "rotate" || rest[0] == "drain" || rest[0] == "undrain" || rest[0] == "show"):
 		verb, name = rest[0], rest[1]
 		if err := appliance.ValidateNodeID(name); err != nil {
 			return fmt.Errorf("%w: %v", errUsage, err)
 		}
+	case len(rest) == 2 && rest[0] == "retire":
+		verb, mac = rest[0], rest[1]
+	case len(rest) == 2 && rest[0] == "approve":
+		verb, mac, name = rest[0], rest[1], *id
+		if err := appliance.ValidateNodeID(name); err != nil {
+			return fmt.Errorf("%w: --id: %v", errUsage, err)
+		}
 	default:
-		return fmt.Errorf("%w: want no arguments, or add|rotate|drain|undrain NAME", errUsage)
+		return fmt.Errorf("%w: want no arguments, add|rotate|drain|undrain|show NAME, machines, approve MAC --id NAME, or retire MAC", errUsage)
+	}
+	if *dbPath != "" && verb != "list" && verb != "add" {
+		return fmt.Errorf("%w: --db works for list and add only; %s needs the running controller", errUsage, verb)
 	}
 	if *dbPath != "" {
 		return nodesOffline(ctx, *dbPath, verb, name)
@@ -124,6 +137,24 @@ func runNodes(ctx context.Context, args []string) error {
 		}
 		printCredential(out.NodeID, out.Credential)
 		return nil
+	case "machines":
+		return printMachines(ctx, c, "")
+	case "approve":
+		var out map[string]string
+		if err := c.do(ctx, "POST", "/v1/netboot/machines/"+url.PathEscape(mac)+"/approve", map[string]string{"node_id": name}, &out); err != nil {
+			return err
+		}
+		fmt.Printf("%s approved as %s: its next netboot boots the shard kernel (a fresh credential is minted for every boot)\n", out["mac"], out["node_id"])
+		return nil
+	case "retire":
+		var out map[string]string
+		if err := c.do(ctx, "POST", "/v1/netboot/machines/"+url.PathEscape(mac)+"/retire", nil, &out); err != nil {
+			return err
+		}
+		fmt.Printf("%s retired: it gets no boot script any more\n", out["mac"])
+		return nil
+	case "show":
+		return showNode(ctx, c, name)
 	case "drain", "undrain":
 		var v controller.NodeView
 		if err := c.do(ctx, "POST", "/v1/nodes/"+url.PathEscape(name)+"/"+verb, nil, &v); err != nil {
@@ -204,4 +235,86 @@ func nodesOffline(ctx context.Context, path, verb, name string) error {
 		fmt.Fprintf(tw, "%s\t%v\t%v\t%d\t%s\n", n.ID, n.Live, n.Draining, n.Capacity, seen)
 	}
 	return tw.Flush()
+}
+
+// netbootMachineView is one row of GET /v1/netboot/machines.
+type netbootMachineView struct {
+	MAC      string    `json:"mac"`
+	State    string    `json:"state"`
+	NodeID   string    `json:"node_id"`
+	Firmware string    `json:"firmware"`
+	IP       string    `json:"ip"`
+	LastSeen time.Time `json:"last_seen"`
+}
+
+// printMachines lists the machines the netboot services saw (all of them,
+// or those booting as nodeID) and returns them.
+func printMachines(ctx context.Context, c *nodesClient, nodeID string) error {
+	var out struct {
+		Machines []netbootMachineView `json:"machines"`
+	}
+	if err := c.do(ctx, "GET", "/v1/netboot/machines", nil, &out); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "MAC\tSTATE\tNODE\tFIRMWARE\tIP\tLAST SEEN")
+	n := 0
+	for _, m := range out.Machines {
+		if nodeID != "" && m.NodeID != nodeID {
+			continue
+		}
+		n++
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", m.MAC, m.State, dash(m.NodeID), dash(m.Firmware), dash(m.IP), m.LastSeen.Format(time.RFC3339))
+	}
+	if n == 0 {
+		fmt.Fprintln(tw, "(no machines: netboot one with dpxe serve --interface IF, then approve it)")
+	}
+	return tw.Flush()
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// showNode prints a node's controller view and, for each machine that
+// netboots as it, the boot timeline, so a failed boot names its stage.
+func showNode(ctx context.Context, c *nodesClient, id string) error {
+	var v controller.NodeView
+	if err := c.do(ctx, "GET", "/v1/nodes/"+url.PathEscape(id), nil, &v); err != nil {
+		return err
+	}
+	fmt.Printf("node %s: live=%v draining=%v capacity=%d range=%d+%d pending=%d address=%s\n",
+		v.ID, v.Live, v.Draining, v.Capacity, v.RangeStart, v.RangeCount, v.Pending, dash(v.Address))
+	var out struct {
+		Machines []netbootMachineView `json:"machines"`
+	}
+	if err := c.do(ctx, "GET", "/v1/netboot/machines", nil, &out); err != nil {
+		return err
+	}
+	for _, m := range out.Machines {
+		if m.NodeID != id {
+			continue
+		}
+		var tl struct {
+			Timeline []struct {
+				Stage  string    `json:"stage"`
+				Detail string    `json:"detail"`
+				At     time.Time `json:"at"`
+			} `json:"timeline"`
+		}
+		if err := c.do(ctx, "GET", "/v1/netboot/machines/"+url.PathEscape(m.MAC)+"/timeline", nil, &tl); err != nil {
+			return err
+		}
+		fmt.Printf("\nmachine %s (%s, %s): boot timeline\n", m.MAC, dash(m.Firmware), dash(m.IP))
+		if len(tl.Timeline) == 0 {
+			fmt.Println("  (no boot recorded yet)")
+		}
+		for _, e := range tl.Timeline {
+			fmt.Printf("  %s  %-15s %s\n", e.At.Format("2006-01-02 15:04:05.000"), e.Stage, e.Detail)
+		}
+	}
+	return nil
 }

@@ -147,15 +147,30 @@ func bearer(r *http.Request) string {
 
 // admin wraps an operator handler with the admin-token check.
 func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
+	return AdminOnly(s.adminHash, s.log, h)
+}
+
+// AdminOnly wraps h with the operator check: the request must carry the
+// admin token (whose SHA-256 is adminHash) as a bearer token. Other parts
+// of `dpxe serve` (netboot) use it for their operator endpoints.
+func AdminOnly(adminHash [sha256.Size]byte, log *slog.Logger, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		got := HashToken(bearer(r))
-		if subtle.ConstantTimeCompare(got[:], s.adminHash[:]) != 1 {
-			s.log.Warn("admin request refused", "path", r.URL.Path, "remote", r.RemoteAddr)
+		if subtle.ConstantTimeCompare(got[:], adminHash[:]) != 1 {
+			log.Warn("admin request refused", "path", r.URL.Path, "remote", r.RemoteAddr)
 			writeError(w, http.StatusUnauthorized, "", ErrUnauthorized.Error())
 			return
 		}
 		h(w, r)
 	}
+}
+
+// WriteJSON writes v as a JSON response with the given status.
+func WriteJSON(w http.ResponseWriter, status int, v any) { writeJSON(w, status, v) }
+
+// WriteError writes the API's error body, naming the field at fault.
+func WriteError(w http.ResponseWriter, status int, field, msg string) {
+	writeError(w, status, field, msg)
 }
 
 type errorBody struct {

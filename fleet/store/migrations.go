@@ -3,7 +3,10 @@ package store
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/discord-pxe/dpxe/fleet/netboot/inventory"
 )
 
 // migration is one numbered schema change. Versions are 1, 2, 3... in list
@@ -19,6 +22,10 @@ type migration struct {
 // file's version, each in its own transaction.
 var migrations = []migration{
 	{1, "controller inventory", schemaV1},
+	// The netboot services' tables (discovered MACs, boot timelines, DHCP
+	// leases). inventory.Migrations is frozen as this migration: a later
+	// change to those tables is a new entry here.
+	{2, "netboot inventory", strings.Join(inventory.Migrations, ";\n") + ";"},
 }
 
 // schemaV1 is the controller's inventory. Times are Unix milliseconds, 0

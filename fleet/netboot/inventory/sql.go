@@ -131,21 +131,27 @@ func (s *SQL) Record(ctx context.Context, e Event) error {
 	return nil
 }
 
-// Approve gives mac a node ID and credential so it boots the shard kernel
-// (`dpxe nodes approve MAC --id NAME`). A MAC not seen yet is created.
+// Approve gives mac a node ID, and optionally a credential, so it boots the
+// shard kernel (`dpxe nodes approve MAC --id NAME`). A MAC not seen yet is
+// created. `dpxe serve` passes no credential: it mints one per boot through
+// the controller, which keeps only its hash, so no secret is stored here.
 func (s *SQL) Approve(ctx context.Context, mac net.HardwareAddr, id, credential string, at time.Time) error {
 	if err := appliance.ValidateNodeID(id); err != nil {
 		return fmt.Errorf("approve %s: %w", mac, err)
 	}
-	if err := appliance.ValidateCredential(credential); err != nil {
-		return fmt.Errorf("approve %s: %w", mac, err)
+	var cred sql.NullString
+	if credential != "" {
+		if err := appliance.ValidateCredential(credential); err != nil {
+			return fmt.Errorf("approve %s: %w", mac, err)
+		}
+		cred = sql.NullString{String: credential, Valid: true}
 	}
 	_, err := s.DB.ExecContext(ctx, `
 		INSERT INTO netboot_nodes (mac, state, node_id, credential, first_seen, last_seen)
 		VALUES (?, 'approved', ?, ?, ?, ?)
 		ON CONFLICT (mac) DO UPDATE SET state = 'approved', node_id = excluded.node_id,
 			credential = excluded.credential`,
-		MACKey(mac), id, credential, ms(at), ms(at))
+		MACKey(mac), id, cred, ms(at), ms(at))
 	if err != nil {
 		return fmt.Errorf("approve %s as %s: %w", mac, id, err)
 	}

@@ -1,0 +1,418 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/discord-pxe/dpxe/fleet/api"
+	"github.com/discord-pxe/dpxe/fleet/controller"
+	"github.com/discord-pxe/dpxe/fleet/netboot"
+	"github.com/discord-pxe/dpxe/fleet/netboot/dhcp"
+	"github.com/discord-pxe/dpxe/fleet/netboot/inventory"
+	"github.com/discord-pxe/dpxe/fleet/store"
+	"github.com/discord-pxe/dpxe/web"
+)
+
+// The netboot part of `dpxe serve`: DHCP (proxy or authoritative), TFTP and
+// HTTP boot on --interface, plus the operator endpoints that approve
+// discovered machines. Without --interface only the endpoints run.
+
+// netbootFlags are the netboot flags of `dpxe serve`.
+var netbootFlags struct {
+	iface        string
+	dhcpMode     string
+	pool         string
+	routers      string
+	dns          string
+	reserve      multiFlag
+	bootDir      string
+	ipxeDir      string
+	controller   string
+	ipv6NoRouter bool
+	tftp         string
+}
+
+// multiFlag collects a repeatable flag.
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+func init() {
+	registerServePart(servePart{
+		name: "netboot",
+		flags: func(fs *flag.FlagSet) {
+			f := &netbootFlags
+			fs.StringVar(&f.iface, "interface", "", "boot network interface: serve DHCP, TFTP and HTTP boot on it (netboot is off without it)")
+			fs.StringVar(&f.dhcpMode, "dhcp", "proxy", "DHCP mode on --interface: proxy (beside the site's DHCP server), authoritative (own --pool) or off")
+			fs.StringVar(&f.pool, "pool", "", "authoritative address pool, START-END/BITS (e.g. 10.0.0.100-10.0.0.200/24)")
+			fs.StringVar(&f.routers, "router", "", "authoritative mode: default routers, comma-separated")
+			fs.StringVar(&f.dns, "dns", "", "authoritative mode: DNS servers, comma-separated")
+			fs.Var(&f.reserve, "reserve", "authoritative mode: static reservation MAC=IP (repeatable)")
+			fs.StringVar(&f.bootDir, "boot-dir", "out", "directory with kernel.bin (make image's output)")
+			fs.StringVar(&f.ipxeDir, "ipxe-dir", netboot.DefaultIPXEDir, "directory with Debian's iPXE binaries (package ipxe)")
+			fs.StringVar(&f.controller, "controller-url", "", "controller URL put on kernel command lines (default http://<interface IP>:<--listen port>)")
+			fs.BoolVar(&f.ipv6NoRouter, "ipv6-no-router", false, "answer IPv6 router solicitations on --interface so iPXE does not wait ~15 s for IPv6")
+			fs.StringVar(&f.tftp, "tftp", "", "TFTP listen address (default <interface IP>:69, \"off\" disables it)")
+		},
+		attach: attachNetboot,
+	})
+}
+
+// fleetInventory is the netboot inventory as `dpxe serve` runs it. Node
+// secrets are never stored in clear: when an approved machine fetches its
+// iPXE script, the controller mints a fresh credential for that boot
+// (RotateCredential keeps only its hash) and the script carries it. A
+// running kernel's credential therefore stays valid until the machine
+// fetches its script again, which it does only when it reboots.
+type fleetInventory struct {
+	*inventory.SQL
+	ctrl *controller.Controller
+}
+
+// Lookup implements inventory.Inventory.
+func (f *fleetInventory) Lookup(ctx context.Context, mac net.HardwareAddr) (inventory.Node, error) {
+	n, err := f.SQL.Lookup(ctx, mac)
+	if err != nil || n.State != inventory.Approved {
+		return n, err
+	}
+	cred, err := f.ctrl.RotateCredential(ctx, n.ID)
+	if err != nil {
+		return inventory.Node{}, fmt.Errorf("minting a credential for %s: %w", n.ID, err)
+	}
+	n.Credential = cred
+	return n, nil
+}
+
+// approve gives a discovered (or not yet seen) MAC a node ID. The node is
+// created at the controller if it does not exist; its credential is minted
+// at each netboot, so none is stored or shown here.
+func (f *fleetInventory) approve(ctx context.Context, mac net.HardwareAddr, id string) error {
+	if _, err := f.ctrl.AddNode(ctx, id); err != nil && !errors.Is(err, store.ErrExists) {
+		return err
+	}
+	return f.SQL.Approve(ctx, mac, id, "", time.Now())
+}
+
+// attachNetboot mounts the operator endpoints and, with --interface, starts
+// the DHCP, TFTP and HTTP boot services.
+func attachNetboot(ctx context.Context, app *fleetApp, log *slog.Logger) (func(context.Context) error, error) {
+	inv := &fleetInventory{SQL: &inventory.SQL{DB: app.store.DB()}, ctrl: app.controller}
+	registerNetbootAPI(app, inv, log)
+	dashboardNetboot = &dashboardInventory{InventoryNetboot: web.InventoryNetboot{Inv: inv.SQL, Ctrl: app.controller}, inv: inv}
+	app.controller.OnNodeLive(func(nodeID, addr string) {
+		go recordCheckin(inv.SQL, nodeID, addr, log)
+	})
+	f := &netbootFlags
+	if f.iface == "" {
+		log.Info("netboot services off (give --interface IF to serve DHCP, TFTP and HTTP boot)")
+		return nil, nil
+	}
+	ip, err := interfaceIPv4(f.iface)
+	if err != nil {
+		return nil, err
+	}
+	dcfg, err := netbootDHCPConfig()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	_, port, err := net.SplitHostPort(app.cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --listen %q: %v", errUsage, app.cfg.Listen, err)
+	}
+	base := "http://" + net.JoinHostPort(ip.String(), port)
+	controllerURL := f.controller
+	if controllerURL == "" {
+		controllerURL = base
+	}
+	nb, err := netboot.New(ctx, netboot.Config{
+		Interface: f.iface, ServerIP: ip, DHCP: dcfg, TFTPAddr: f.tftp,
+		BaseURL: base, Controller: controllerURL,
+		BootDir: f.bootDir, IPXEDir: f.ipxeDir, IPv6NoRouter: f.ipv6NoRouter, Log: log,
+	}, inv, inv.SQL)
+	if err != nil {
+		return nil, err
+	}
+	nb.Register(app.mux)
+
+	// Nodes must reach the API and /boot/ at the interface's address; add a
+	// listener there unless --listen already covers it.
+	var bootSrv *http.Server
+	var bootLn net.Listener
+	if !listenCovers(app.cfg.Listen, ip) {
+		bootLn, err = net.Listen("tcp", net.JoinHostPort(ip.String(), port))
+		if err != nil {
+			return nil, fmt.Errorf("listening for nodes on %s: %w", f.iface, err)
+		}
+		bootSrv = &http.Server{Handler: app.mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 15 * time.Second,
+			WriteTimeout: 5 * time.Minute, IdleTimeout: 2 * time.Minute,
+			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	}
+	log.Info("netboot on", "interface", f.iface, "ip", ip, "dhcp", f.dhcpMode, "boot_url", base, "controller_url", controllerURL)
+	return func(ctx context.Context) error {
+		errc := make(chan error, 2)
+		go func() { errc <- nb.Serve(ctx) }()
+		if bootSrv != nil {
+			go func() {
+				if err := bootSrv.Serve(bootLn); !errors.Is(err, http.ErrServerClosed) {
+					errc <- err
+				}
+			}()
+		}
+		select {
+		case err := <-errc:
+			if bootSrv != nil {
+				bootSrv.Close()
+			}
+			return err
+		case <-ctx.Done():
+		}
+		if bootSrv != nil {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+			defer cancel()
+			bootSrv.Shutdown(sctx)
+		}
+		return nil
+	}, nil
+}
+
+// netbootDHCPConfig turns the DHCP flags into a dhcp.Config.
+func netbootDHCPConfig() (dhcp.Config, error) {
+	f := &netbootFlags
+	var c dhcp.Config
+	if f.dhcpMode == "off" {
+		return c, nil
+	}
+	mode, err := dhcp.ParseMode(f.dhcpMode)
+	if err != nil {
+		return c, fmt.Errorf("--dhcp: %v", err)
+	}
+	c.Mode = mode
+	if mode != dhcp.Authoritative {
+		if f.pool != "" || f.routers != "" || f.dns != "" || len(f.reserve) > 0 {
+			return c, fmt.Errorf("--pool, --router, --dns and --reserve need --dhcp authoritative")
+		}
+		return c, nil
+	}
+	if f.pool == "" {
+		return c, fmt.Errorf("--dhcp authoritative needs --pool START-END/BITS")
+	}
+	if c.Pool, err = dhcp.ParsePool(f.pool); err != nil {
+		return c, fmt.Errorf("--pool: %v", err)
+	}
+	if c.Router, err = parseAddrList("--router", f.routers); err != nil {
+		return c, err
+	}
+	if c.DNS, err = parseAddrList("--dns", f.dns); err != nil {
+		return c, err
+	}
+	for _, r := range f.reserve {
+		mac, ipText, ok := strings.Cut(r, "=")
+		if !ok {
+			return c, fmt.Errorf("--reserve %q: want MAC=IP", r)
+		}
+		hw, err := inventory.ParseMAC(mac)
+		if err != nil {
+			return c, fmt.Errorf("--reserve %q: %v", r, err)
+		}
+		addr, err := netip.ParseAddr(ipText)
+		if err != nil || !addr.Is4() {
+			return c, fmt.Errorf("--reserve %q: %q is not an IPv4 address", r, ipText)
+		}
+		if c.Reservations == nil {
+			c.Reservations = map[string]netip.Addr{}
+		}
+		c.Reservations[inventory.MACKey(hw)] = addr
+	}
+	return c, nil
+}
+
+func parseAddrList(flagName, s string) ([]netip.Addr, error) {
+	var out []netip.Addr
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part == "" {
+			continue
+		}
+		a, err := netip.ParseAddr(part)
+		if err != nil || !a.Is4() {
+			return nil, fmt.Errorf("%s: %q is not an IPv4 address", flagName, part)
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+// interfaceIPv4 returns the first IPv4 address of the named interface.
+func interfaceIPv4(name string) (netip.Addr, error) {
+	ifc, err := net.InterfaceByName(name)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("--interface %s: %w", name, err)
+	}
+	addrs, err := ifc.Addrs()
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("--interface %s: %w", name, err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap().Is4() {
+				return ip.Unmap(), nil
+			}
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("--interface %s has no IPv4 address", name)
+}
+
+// listenCovers reports whether the API listen address already accepts
+// connections on ip (the same address, or a wildcard).
+func listenCovers(listen string, ip netip.Addr) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.Unmap() == ip
+}
+
+// recordCheckin adds the "first check-in" step to the machine's boot
+// timeline when a node the netboot inventory knows becomes live.
+func recordCheckin(inv *inventory.SQL, nodeID, addr string, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	recs, err := inv.Nodes(ctx)
+	if err != nil {
+		log.Warn("boot timeline: listing the inventory", "err", err)
+		return
+	}
+	for _, r := range recs {
+		if r.ID == nodeID && r.State == inventory.Approved {
+			if err := inv.Record(ctx, inventory.Event{MAC: r.MAC, Stage: inventory.StageCheckin, Detail: "from " + addr, At: time.Now()}); err != nil {
+				log.Warn("boot timeline: recording the check-in", "node", nodeID, "err", err)
+			}
+		}
+	}
+}
+
+// dashboardInventory is the dashboard's view of netboot: approval goes
+// through fleetInventory, so the dashboard never sees or stores a secret.
+type dashboardInventory struct {
+	web.InventoryNetboot
+	inv *fleetInventory
+}
+
+// Approve implements web.Netboot.
+func (d *dashboardInventory) Approve(ctx context.Context, mac, nodeID string) error {
+	hw, err := inventory.ParseMAC(mac)
+	if err != nil {
+		return fmt.Errorf("MAC %q: %w", mac, err)
+	}
+	return d.inv.approve(ctx, hw, nodeID)
+}
+
+// netbootMachine is one MAC in the operator API (no credential, ever).
+type netbootMachine struct {
+	MAC       string    `json:"mac"`
+	State     string    `json:"state"`
+	NodeID    string    `json:"node_id,omitempty"`
+	Firmware  string    `json:"firmware,omitempty"`
+	IP        string    `json:"ip,omitempty"`
+	FirstSeen time.Time `json:"first_seen"`
+	LastSeen  time.Time `json:"last_seen"`
+}
+
+// registerNetbootAPI mounts the operator endpoints of the netboot inventory:
+//
+//	GET  /v1/netboot/machines                    every MAC seen or approved
+//	POST /v1/netboot/machines/{mac}/approve      {"node_id": NAME}
+//	POST /v1/netboot/machines/{mac}/retire
+//	GET  /v1/netboot/machines/{mac}/timeline     the boot timeline
+func registerNetbootAPI(app *fleetApp, inv *fleetInventory, log *slog.Logger) {
+	admin := func(h http.HandlerFunc) http.HandlerFunc { return api.AdminOnly(app.adminHash, log, h) }
+	machine := func(w http.ResponseWriter, r *http.Request) (net.HardwareAddr, bool) {
+		hw, err := inventory.ParseMAC(r.PathValue("mac"))
+		if err != nil {
+			api.WriteError(w, http.StatusBadRequest, "mac", err.Error())
+			return nil, false
+		}
+		return hw, true
+	}
+	app.mux.HandleFunc("GET /v1/netboot/machines", admin(func(w http.ResponseWriter, r *http.Request) {
+		recs, err := inv.Nodes(r.Context())
+		if err != nil {
+			api.WriteError(w, http.StatusInternalServerError, "", err.Error())
+			return
+		}
+		out := make([]netbootMachine, 0, len(recs))
+		for _, rec := range recs {
+			out = append(out, netbootMachine{MAC: inventory.MACKey(rec.MAC), State: string(rec.State), NodeID: rec.ID,
+				Firmware: string(rec.Firmware), IP: rec.IP, FirstSeen: rec.FirstSeen, LastSeen: rec.LastSeen})
+		}
+		api.WriteJSON(w, http.StatusOK, map[string]any{"machines": out})
+	}))
+	app.mux.HandleFunc("POST /v1/netboot/machines/{mac}/approve", admin(func(w http.ResponseWriter, r *http.Request) {
+		hw, ok := machine(w, r)
+		if !ok {
+			return
+		}
+		var body struct {
+			NodeID string `json:"node_id"`
+		}
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&body); err != nil {
+			api.WriteError(w, http.StatusBadRequest, "", "body must be {\"node_id\": NAME}: "+err.Error())
+			return
+		}
+		if err := inv.approve(r.Context(), hw, body.NodeID); err != nil {
+			api.WriteError(w, http.StatusBadRequest, "node_id", err.Error())
+			return
+		}
+		api.WriteJSON(w, http.StatusOK, map[string]string{"mac": inventory.MACKey(hw), "node_id": body.NodeID, "state": string(inventory.Approved)})
+	}))
+	app.mux.HandleFunc("POST /v1/netboot/machines/{mac}/retire", admin(func(w http.ResponseWriter, r *http.Request) {
+		hw, ok := machine(w, r)
+		if !ok {
+			return
+		}
+		if err := inv.Retire(r.Context(), hw); errors.Is(err, inventory.ErrUnknownMAC) {
+			api.WriteError(w, http.StatusNotFound, "mac", "never seen")
+			return
+		} else if err != nil {
+			api.WriteError(w, http.StatusInternalServerError, "", err.Error())
+			return
+		}
+		api.WriteJSON(w, http.StatusOK, map[string]string{"mac": inventory.MACKey(hw), "state": string(inventory.Retired)})
+	}))
+	app.mux.HandleFunc("GET /v1/netboot/machines/{mac}/timeline", admin(func(w http.ResponseWriter, r *http.Request) {
+		hw, ok := machine(w, r)
+		if !ok {
+			return
+		}
+		evs, err := inv.Timeline(r.Context(), hw)
+		if err != nil {
+			api.WriteError(w, http.StatusInternalServerError, "", err.Error())
+			return
+		}
+		type step struct {
+			Stage  string    `json:"stage"`
+			Detail string    `json:"detail,omitempty"`
+			At     time.Time `json:"at"`
+		}
+		out := make([]step, 0, len(evs))
+		for _, e := range evs {
+			out = append(out, step{Stage: string(e.Stage), Detail: e.Detail, At: e.At})
+		}
+		api.WriteJSON(w, http.StatusOK, map[string]any{"mac": inventory.MACKey(hw), "timeline": out})
+	}))
+}
