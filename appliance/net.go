@@ -140,3 +140,147 @@ func ChecksumDigest(seed uint32) uint64 {
 	}
 	return d
 }
+
+// DHCPOptions is what the kernel's dhcp_parse_options keeps of a DHCP
+// options field (RFC 2132): addresses as they sit on the wire (first octet
+// in the low byte, as the kernel stores them), times in host order.
+type DHCPOptions struct {
+	Have                      uint32 // DHCPHave* bits
+	Type                      uint32
+	Server, Mask, Router, DNS uint32
+	Lease, T1, T2, Overload   uint32
+}
+
+// Bits of DHCPOptions.Have, as in kernel/net/dhcp.inc.
+const (
+	DHCPHaveType = 1 << iota
+	DHCPHaveServer
+	DHCPHaveLease
+	DHCPHaveT1
+	DHCPHaveT2
+	DHCPHaveMask
+	DHCPHaveRouter
+	DHCPHaveDNS
+	DHCPHaveOverload
+)
+
+// ErrDHCPOptions is returned for a malformed options field.
+var ErrDHCPOptions = errors.New("dhcp: malformed options")
+
+// ParseDHCPOptions applies the kernel's rules: pads are skipped, END ends
+// the field (and must be present), every option's value must fit; type and
+// overload must be 1 byte, server ID, mask, lease, T1 and T2 4 bytes, router
+// and DNS a non-empty multiple of 4 (the first address is kept); a repeated
+// option replaces the earlier one; unknown options are skipped.
+func ParseDHCPOptions(b []byte) (DHCPOptions, error) {
+	var o DHCPOptions
+	le := func(v []byte) uint32 { return uint32(v[0]) | uint32(v[1])<<8 | uint32(v[2])<<16 | uint32(v[3])<<24 }
+	be := func(v []byte) uint32 { return uint32(v[0])<<24 | uint32(v[1])<<16 | uint32(v[2])<<8 | uint32(v[3]) }
+	for i := 0; ; {
+		if i >= len(b) {
+			return DHCPOptions{}, ErrDHCPOptions
+		}
+		code := b[i]
+		if code == 0 {
+			i++
+			continue
+		}
+		if code == 255 {
+			return o, nil
+		}
+		if i+1 >= len(b) {
+			return DHCPOptions{}, ErrDHCPOptions
+		}
+		n := int(b[i+1])
+		if i+2+n > len(b) {
+			return DHCPOptions{}, ErrDHCPOptions
+		}
+		v := b[i+2 : i+2+n]
+		switch code {
+		case 53, 52:
+			if n != 1 {
+				return DHCPOptions{}, ErrDHCPOptions
+			}
+			if code == 53 {
+				o.Type, o.Have = uint32(v[0]), o.Have|DHCPHaveType
+			} else {
+				o.Overload, o.Have = uint32(v[0]), o.Have|DHCPHaveOverload
+			}
+		case 54, 1, 51, 58, 59:
+			if n != 4 {
+				return DHCPOptions{}, ErrDHCPOptions
+			}
+			switch code {
+			case 54:
+				o.Server, o.Have = le(v), o.Have|DHCPHaveServer
+			case 1:
+				o.Mask, o.Have = le(v), o.Have|DHCPHaveMask
+			case 51:
+				o.Lease, o.Have = be(v), o.Have|DHCPHaveLease
+			case 58:
+				o.T1, o.Have = be(v), o.Have|DHCPHaveT1
+			case 59:
+				o.T2, o.Have = be(v), o.Have|DHCPHaveT2
+			}
+		case 3, 6:
+			if n == 0 || n%4 != 0 {
+				return DHCPOptions{}, ErrDHCPOptions
+			}
+			if code == 3 {
+				o.Router, o.Have = le(v), o.Have|DHCPHaveRouter
+			} else {
+				o.DNS, o.Have = le(v), o.Have|DHCPHaveDNS
+			}
+		}
+		i += 2 + n
+	}
+}
+
+// dhcpOptAlphabet biases the differential test's random option fields
+// towards bytes that form options, lengths, pads and END.
+var dhcpOptAlphabet = [16]byte{0, 255, 1, 3, 4, 6, 51, 52, 53, 54, 58, 59, 2, 8, 5, 99}
+
+// DHCPOptionsDigest is the kernel's "selftest digest dhcpopt": for each
+// case r = next(), n = r % 41 bytes, each taken from dhcpOptAlphabet by the
+// successive nibbles of next() words (16 bytes per word); the digest folds
+// the verdict (1 malformed, 0 not) and, when well-formed, Have, Type,
+// Server, Mask, Router, DNS, Lease, T1, T2 and Overload.
+func DHCPOptionsDigest(seed uint32) uint64 {
+	d := uint64(0xCBF29CE484222325)
+	add := func(v uint64) { d = (d ^ v) * 0x100000001B3 }
+	dhcpOptionCases(seed, func(b []byte) {
+		o, err := ParseDHCPOptions(b)
+		if err != nil {
+			add(1)
+			return
+		}
+		add(0)
+		for _, v := range []uint32{o.Have, o.Type, o.Server, o.Mask, o.Router, o.DNS, o.Lease, o.T1, o.T2, o.Overload} {
+			add(uint64(v))
+		}
+	})
+	return d
+}
+
+// dhcpOptionCases generates the differential test's option fields.
+func dhcpOptionCases(seed uint32, f func([]byte)) {
+	state := uint64(seed)
+	next := func() uint64 {
+		state += 0x9E3779B97F4A7C15
+		z := state
+		z = (z ^ z>>30) * 0xBF58476D1CE4E5B9
+		z = (z ^ z>>27) * 0x94D049BB133111EB
+		return z ^ z>>31
+	}
+	for i := 0; i < ChecksumDigestCases; i++ {
+		n := int(next() % 41)
+		b := make([]byte, n)
+		for j := 0; j < n; j += 16 {
+			w := next()
+			for k := 0; k < 16 && j+k < n; k++ {
+				b[j+k] = dhcpOptAlphabet[(w>>(4*k))&15]
+			}
+		}
+		f(b)
+	}
+}

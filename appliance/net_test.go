@@ -88,3 +88,40 @@ func TestChecksumDigestDependsOnSeed(t *testing.T) {
 		t.Fatal("digest ignores the seed")
 	}
 }
+
+// The generated option fields must reach both verdicts and every option
+// kind, or the kernel/Go digest comparison proves little.
+func TestDHCPOptionCasesCoverage(t *testing.T) {
+	ok, bad, have := 0, 0, uint32(0)
+	for seed := uint32(0); seed < 4; seed++ {
+		dhcpOptionCases(seed, func(b []byte) {
+			o, err := ParseDHCPOptions(b)
+			if err != nil {
+				bad++
+				return
+			}
+			ok++
+			have |= o.Have
+		})
+	}
+	t.Logf("%d well-formed, %d malformed, have bits %#x", ok, bad, have)
+	if ok < 400 || bad < 400 {
+		t.Errorf("verdicts too lopsided: %d well-formed, %d malformed", ok, bad)
+	}
+	if have != 1<<9-1 {
+		t.Errorf("options never parsed: have bits %#x of %#x", have, 1<<9-1)
+	}
+}
+
+func TestParseDHCPOptions(t *testing.T) {
+	o, err := ParseDHCPOptions([]byte{53, 1, 5, 51, 4, 0, 0, 0x0e, 0x10, 3, 8, 10, 0, 0, 1, 10, 0, 0, 2, 255})
+	if err != nil || o.Type != 5 || o.Lease != 3600 || o.Router != 0x0100000a ||
+		o.Have != DHCPHaveType|DHCPHaveLease|DHCPHaveRouter {
+		t.Fatalf("got %+v, %v", o, err)
+	}
+	for _, b := range [][]byte{{}, {53, 1}, {53}, {53, 2, 5, 5, 255}, {3, 6, 1, 2, 3, 4, 5, 6, 255}, {6, 0, 255}, {99, 200, 1, 255}} {
+		if _, err := ParseDHCPOptions(b); err == nil {
+			t.Errorf("ParseDHCPOptions(% x) accepted", b)
+		}
+	}
+}

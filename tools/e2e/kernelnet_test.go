@@ -21,9 +21,10 @@ import (
 )
 
 // TestKernelNetSelfTest boots the kernel with selftest=1 and a module of
-// ip= boot-config cases: the network self-tests must pass, the "cksum"
-// digest must equal appliance.ChecksumDigest, and every ip= verdict must
-// equal appliance.ParseBootConfig's.
+// ip= boot-config cases: the network self-tests must pass, the "cksum" and
+// "dhcpopt" digests must equal appliance.ChecksumDigest and
+// appliance.DHCPOptionsDigest, and every ip= verdict must equal
+// appliance.ParseBootConfig's.
 func TestKernelNetSelfTest(t *testing.T) {
 	needQEMU(t, qemu.SeaBIOS)
 	cases := ipConfigCases()
@@ -65,6 +66,9 @@ func TestKernelNetSelfTest(t *testing.T) {
 	}
 	if got, want := rep.Digests["cksum"], appliance.ChecksumDigest(selfTestSeed); got != want {
 		fail("checksum digest (seed %d): kernel %016x, Go %016x", selfTestSeed, got, want)
+	}
+	if got, want := rep.Digests["dhcpopt"], appliance.DHCPOptionsDigest(selfTestSeed); got != want {
+		fail("DHCP options digest (seed %d): kernel %016x, Go %016x", selfTestSeed, got, want)
 	}
 	checkConfigCases(t, rep, cases, fail)
 }
