@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -37,44 +36,68 @@ type nodesClient struct {
 	http  *http.Client
 }
 
-func (c *nodesClient) do(ctx context.Context, method, path string, body, out any) error {
+// send makes one request and returns the status and body; only transport
+// failures are errors.
+func (c *nodesClient) send(ctx context.Context, method, path string, body any) (int, []byte, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
-			return err
+			return 0, nil, err
 		}
 		rd = bytes.NewReader(b)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	if err != nil {
-		return err
+		return 0, nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return err
+		return 0, nil, err
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	return resp.StatusCode, data, err
+}
+
+// apiError turns an error answer into a message with the API's reason.
+func apiError(method, path string, status int, data []byte) error {
+	var e struct{ Error string }
+	if json.Unmarshal(data, &e) == nil && e.Error != "" {
+		return fmt.Errorf("%s %s: %d %s: %s", method, path, status, http.StatusText(status), e.Error)
+	}
+	return fmt.Errorf("%s %s: %d %s", method, path, status, http.StatusText(status))
+}
+
+// do sends body as JSON and decodes a 2xx answer into out.
+func (c *nodesClient) do(ctx context.Context, method, path string, body, out any) error {
+	status, data, err := c.send(ctx, method, path, body)
 	if err != nil {
 		return err
 	}
-	if resp.StatusCode/100 != 2 {
-		var e struct{ Error string }
-		if json.Unmarshal(data, &e) == nil && e.Error != "" {
-			return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, e.Error)
-		}
-		return fmt.Errorf("%s %s: %s", method, path, resp.Status)
+	if status/100 != 2 {
+		return apiError(method, path, status, data)
 	}
 	return json.Unmarshal(data, out)
 }
 
+// doStatus is do for endpoints whose 404 still carries an answer (route).
+func (c *nodesClient) doStatus(ctx context.Context, method, path string, out any) (int, error) {
+	status, data, err := c.send(ctx, method, path, nil)
+	if err != nil {
+		return 0, err
+	}
+	if status != http.StatusOK && status != http.StatusNotFound {
+		return status, apiError(method, path, status, data)
+	}
+	return status, json.Unmarshal(data, out)
+}
+
 func runNodes(ctx context.Context, args []string) error {
 	fs := newFlagSet("nodes", "[flags] [add|rotate|drain|undrain|show NAME | machines | approve MAC --id NAME | retire MAC]")
-	server := fs.String("server", "http://"+defaultListen, "controller base URL")
-	tokenFile := fs.String("token-file", "./var/"+adminTokenName, "admin token file written by `dpxe serve`")
+	cf := addClientFlags(fs)
 	dbPath := fs.String("db", "", "work on this SQLite file directly instead of a running controller (list and add only)")
 	id := fs.String("id", "", "with approve: the node ID the machine boots as")
 	rest, err := parseInterspersed(fs, args)
@@ -107,15 +130,10 @@ func runNodes(ctx context.Context, args []string) error {
 	if *dbPath != "" {
 		return nodesOffline(ctx, *dbPath, verb, name)
 	}
-	if _, err := url.Parse(*server); err != nil {
-		return fmt.Errorf("%w: --server: %v", errUsage, err)
-	}
-	tok, err := os.ReadFile(*tokenFile)
+	c, err := cf.client()
 	if err != nil {
-		return fmt.Errorf("admin token: %w", err)
+		return err
 	}
-	c := &nodesClient{base: strings.TrimRight(*server, "/"), token: strings.TrimSpace(string(tok)),
-		http: &http.Client{Timeout: clientTimeout}}
 	switch verb {
 	case "add":
 		var out struct {
@@ -168,6 +186,9 @@ func runNodes(ctx context.Context, args []string) error {
 	}
 	if err := c.do(ctx, "GET", "/v1/nodes", nil, &out); err != nil {
 		return err
+	}
+	if *cf.json {
+		return printJSON(out)
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tLIVE\tDRAINING\tCAPACITY\tRANGE\tPENDING\tREADY/STARTING/BACKOFF/FATAL\tADDRESS\tLAST SEEN")

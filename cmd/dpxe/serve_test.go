@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -195,6 +196,47 @@ func TestServeEndToEnd(t *testing.T) {
 	list, err := exec.Command(bin, "nodes", "--server", p.url, "--token-file", tokenFile).CombinedOutput()
 	if err != nil || !strings.Contains(string(list), "e2e-node.1") || !strings.Contains(string(list), "0-7") {
 		t.Fatalf("dpxe nodes: %v\n%s", err, list)
+	}
+	// The operator commands, flags after the argument as operators type them.
+	cli := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(bin, append(args, "--server", p.url, "--token-file", tokenFile)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("dpxe %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	if out := cli("route", "41771983423143937"); !strings.Contains(out, "e2e-node.1") ||
+		!strings.Contains(out, fmt.Sprintf("%d of 8", appliance.ShardForGuild(41771983423143937, 8))) {
+		t.Fatalf("dpxe route:\n%s", out)
+	}
+	var rj struct {
+		ShardID uint32 `json:"shard_id"`
+		NodeID  string `json:"node_id"`
+	}
+	if err := json.Unmarshal([]byte(cli("route", "41771983423143937", "--json")), &rj); err != nil || rj.NodeID != "e2e-node.1" {
+		t.Fatalf("dpxe route --json: %v %+v", err, rj)
+	}
+	for _, bad := range []string{"12x", "-5", "18446744073709551616"} {
+		args := []string{"route", "--server", p.url, "--token-file", tokenFile, "--", bad}
+		if out, err := exec.Command(bin, args...).CombinedOutput(); err == nil || !strings.Contains(string(out), "guild ID") || strings.Contains(string(out), "want one") {
+			t.Fatalf("dpxe route %s was accepted or unclear: %v\n%s", bad, err, out)
+		}
+	}
+	if out := cli("drain", "e2e-node.1"); !strings.Contains(out, "e2e-node.1 is draining") {
+		t.Fatalf("dpxe drain:\n%s", out)
+	}
+	var nj struct {
+		Nodes []struct {
+			ID       string `json:"id"`
+			Draining bool   `json:"draining"`
+		} `json:"nodes"`
+	}
+	if err := json.Unmarshal([]byte(cli("nodes", "--json")), &nj); err != nil || len(nj.Nodes) != 1 || !nj.Nodes[0].Draining {
+		t.Fatalf("dpxe nodes --json after drain: %v %+v", err, nj)
+	}
+	if out := cli("undrain", "e2e-node.1", "--json"); !strings.Contains(out, `"draining": false`) {
+		t.Fatalf("dpxe undrain --json:\n%s", out)
 	}
 	p.stop(t)
 
