@@ -177,4 +177,32 @@ func packetSocketIn(nsName, ifname string) (fd, ifindex int, err error) {
 	return fd, ifc.Index, nil
 }
 
+// floodFrames sends n minimum-size frames of an unhandled EtherType to the
+// node, as fast as the socket takes them: many times the RX ring, so the
+// rings wrap and fill up while the node keeps polling.
+func floodFrames(nsName, nodeMAC string, n int) error {
+	hw, err := net.ParseMAC(nodeMAC)
+	if err != nil {
+		return err
+	}
+	fd, ifindex, err := packetSocketIn(nsName, "br0")
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	to := &unix.SockaddrLinklayer{Ifindex: ifindex, Halen: 6}
+	copy(to.Addr[:], hw)
+	frame := make([]byte, 60)
+	copy(frame, hw)
+	copy(frame[6:], testSrcMAC)
+	frame[12], frame[13] = 0x88, 0xb5 // IEEE 802 local experimental EtherType
+	for i := 0; i < n; i++ {
+		binary.BigEndian.PutUint32(frame[14:], uint32(i))
+		if err := unix.Sendto(fd, frame, 0, to); err != nil && err != unix.ENOBUFS {
+			return fmt.Errorf("flood frame %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
 func htons(v uint16) uint16 { return v<<8 | v>>8 }

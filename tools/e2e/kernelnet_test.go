@@ -307,6 +307,24 @@ func runNetNode(t *testing.T, n netNode, index int) {
 		t.Logf("%s: alive after %d malformed frames (%d kinds), RTT %.3f ms", n.name, total, len(sent), rtt)
 	}
 
+	// A flood many times the RX ring: the rings wrap and overflow; the node
+	// must count what it gets, keep polling and still answer.
+	const flood = 2000
+	before = waitStatus(t, serial, 0, 12*time.Second)
+	if err := floodFrames(ns.Name, mac, flood); err != nil {
+		t.Fatal(err)
+	}
+	after := waitStatus(t, serial, before.seq+1, 12*time.Second)
+	counted := after.counters["bad_type"] - before.counters["bad_type"]
+	if counted < 64 {
+		t.Errorf("flood of %d frames: bad_type rose by %d, want at least 64 (twice the RX ring)", flood, counted)
+	}
+	if rtt, ok := pingNode(t, ctx, ns, nodeIP, 3); ok < 3 {
+		t.Errorf("after the flood: ping %d of 3 answered", ok)
+	} else {
+		t.Logf("%s: flood of %d frames, %d counted, nic_rx_err %d, then RTT %.3f ms", n.name, flood, counted, after.counters["nic_rx_err"], rtt)
+	}
+
 	if n.renew {
 		if serial.waitFor(regexp.MustCompile(`dhcp: renewed `+regexp.QuoteMeta(nodeIP)+`/24 .* renewals 1`), 90*time.Second) == nil {
 			t.Error("no DHCP renewal at T1 (60 s)")
