@@ -3,8 +3,10 @@
 //
 // Layout: kernel.asm is the root file (nasm -f bin, include path = this
 // directory); boot/ holds the entry stubs and the MBR loader, core/ the
-// serial console, interrupts, timing and command line, shard/ the shard
-// runtime, and selftest/ the in-kernel tests.
+// serial console, interrupts, timing, paging, PCI and command line,
+// drivers/ the NIC drivers (e1000, virtio-net), net/ the network stack
+// (Ethernet, ARP, IPv4, ICMP, UDP, DHCP, DNS), shard/ the shard runtime,
+// and selftest/ the in-kernel tests.
 package kernel
 
 import "embed"
