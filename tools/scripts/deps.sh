@@ -7,7 +7,7 @@ set -euo pipefail
 
 declare -A want=(
   [build]="nasm"
-  [test]="nasm qemu-system-x86 qemu-utils ovmf ipxe busybox dnsmasq-base tftp-hpa curl iproute2 chromium kmod"
+  [test]="nasm qemu-system-x86 qemu-utils ovmf ipxe busybox dnsmasq-base tftp-hpa curl iproute2 chromium kmod mount util-linux e2fsprogs"
   [bench]="tftpd-hpa hyperfine"
 )
 
