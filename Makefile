@@ -32,7 +32,9 @@ check:
 # seeds, kernel self-tests and boot paths in QEMU, netboot in a namespace,
 # browser tests). Tests share the images in $(OUT).
 test: deps-test check image
-	DPXE_OUT=$(abspath $(OUT)) $(GO) test -timeout $(TEST_TIMEOUT) ./...
+	# One package at a time: QEMU boots, the browser and the emulator's heartbeat
+	# timing do not share the two cores with each other.
+	DPXE_OUT=$(abspath $(OUT)) $(GO) test -p 1 -timeout $(TEST_TIMEOUT) ./...
 
 # The heaviest scale tests, kept out of `make test` for time.
 test-scale: deps-test image
