@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"path/filepath"
 	"regexp"
@@ -197,6 +198,7 @@ func runNetNode(t *testing.T, n netNode, index int) {
 	}
 	serial := &nodeSerial{}
 	done := make(chan struct{})
+	monitor := filepath.Join(t.TempDir(), "monitor.sock")
 	o := qemu.Options{
 		Firmware: n.fw,
 		Kernel:   filepath.Join(outDir(t), image.KernelFile),
@@ -204,6 +206,7 @@ func runNetNode(t *testing.T, n netNode, index int) {
 			"-device", n.device + ",netdev=n0,mac=" + mac},
 		Wrapper: ns.Wrapper(),
 		Serial:  serial,
+		Extra:   []string{"-monitor", "unix:" + monitor + ",server=on,wait=off"}, // for set_link
 		Timeout: 140 * time.Second,
 		Until: func(string) bool {
 			select {
@@ -325,11 +328,45 @@ func runNetNode(t *testing.T, n netNode, index int) {
 		t.Logf("%s: flood of %d frames, %d counted, nic_rx_err %d, then RTT %.3f ms", n.name, flood, counted, after.counters["nic_rx_err"], rtt)
 	}
 
+	// Link state: the NIC's link goes down and up (QEMU set_link); the
+	// node must notice both within its 100 ms link poll and keep working.
+	for _, state := range []string{"off", "on"} {
+		if err := qemuMonitor(monitor, "set_link n0 "+state); err != nil {
+			t.Fatalf("set_link %s: %v", state, err)
+		}
+		word := map[string]string{"off": "down", "on": "up"}[state]
+		if serial.waitFor(regexp.MustCompile(`(?m)^net: link `+word+`\r?$`), 10*time.Second) == nil {
+			t.Fatalf("the node did not report link %s", word)
+		}
+	}
+	if _, ok := pingNode(t, ctx, ns, nodeIP, 3); ok < 2 {
+		t.Errorf("after the link came back: ping %d of 3 answered", ok)
+	}
+
 	if n.renew {
 		if serial.waitFor(regexp.MustCompile(`dhcp: renewed `+regexp.QuoteMeta(nodeIP)+`/24 .* renewals 1`), 90*time.Second) == nil {
 			t.Error("no DHCP renewal at T1 (60 s)")
 		}
 	}
+}
+
+// qemuMonitor sends one human-monitor command to QEMU's monitor socket.
+func qemuMonitor(sock, cmd string) error {
+	c, err := net.DialTimeout("unix", sock, 5*time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 4096)
+	if _, err := c.Read(buf); err != nil { // the greeting and prompt
+		return err
+	}
+	if _, err := c.Write([]byte(cmd + "\n")); err != nil {
+		return err
+	}
+	time.Sleep(200 * time.Millisecond) // let QEMU run it before the socket closes
+	return nil
 }
 
 var pingSummary = regexp.MustCompile(`(\d+) packets received.*\n.*= [\d.]+/([\d.]+)/`)
