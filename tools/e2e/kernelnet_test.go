@@ -417,3 +417,57 @@ func waitStatus(t *testing.T, serial *nodeSerial, seq int, within time.Duration)
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestKernelNICModels boots one machine with several NIC models and no
+// network behind them: the banner must list every one with the right
+// driver, bring up the first, call the others spare, and refuse a
+// legacy-only virtio device with a reason.
+func TestKernelNICModels(t *testing.T) {
+	needQEMU(t, qemu.SeaBIOS)
+	want := []*regexp.Regexp{
+		regexp.MustCompile(`nic: 00:0a\.0 8086:100f e1000 mac=52:54:00:00:00:0a link=(up|down)`),
+		regexp.MustCompile(`nic: 00:0b\.0 1af4:1041 supported, not used: one NIC at a time`),
+		regexp.MustCompile(`nic: 00:0c\.0 1af4:1000 supported, not used: one NIC at a time`),
+		regexp.MustCompile(`nic: 00:0d\.0 8086:10d3 no driver`),
+	}
+	o := qemu.Options{
+		Firmware: qemu.SeaBIOS,
+		Kernel:   filepath.Join(outDir(t), image.KernelFile),
+		Append:   "node=nic-models",
+		Timeout:  60 * time.Second,
+		Extra: []string{
+			"-device", "e1000-82545em,mac=52:54:00:00:00:0a,addr=0a",
+			"-device", "virtio-net-pci,disable-legacy=on,addr=0b",
+			"-device", "virtio-net-pci,disable-modern=on,addr=0c",
+			"-device", "e1000e,addr=0d",
+		},
+		Until: func(s string) bool { return strings.Contains(s, "dhcp: discover") },
+	}
+	res, err := qemu.Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, re := range want {
+		if !re.MatchString(res.Serial) {
+			t.Errorf("no line matching %q", re)
+		}
+	}
+	if t.Failed() {
+		t.Logf("serial console:\n%s", res.Serial)
+	}
+
+	// A legacy-only virtio-net alone: named, refused, and the node says it
+	// has no usable NIC instead of pretending.
+	o.Extra = []string{"-device", "virtio-net-pci,disable-modern=on,addr=0c"}
+	o.Until = func(s string) bool { return strings.Contains(s, "halting") }
+	res, err = qemu.Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"1af4:1000 virtio-net (no usable virtio 1.x capabilities: legacy-only devices are not supported) init FAILED",
+		"net: no supported NIC"} {
+		if !strings.Contains(res.Serial, w) {
+			t.Errorf("no %q in the console:\n%s", w, res.Serial)
+		}
+	}
+}
