@@ -180,7 +180,10 @@ func Args(o Options, workDir string) ([]string, error) {
 	if useKVM(o) {
 		args = append(args, "-accel", "kvm", "-cpu", "host")
 	} else {
-		args = append(args, "-accel", "tcg", "-cpu", "max")
+		// The baseline x86-64 model (SSE2, no SSE4.2/POPCNT/AVX): the
+		// kernel must run on the old PCs it is made for, and an
+		// instruction they lack must fail here, not in a rack.
+		args = append(args, "-accel", "tcg", "-cpu", "qemu64")
 	}
 	if o.Firmware == OVMF {
 		vars := filepath.Join(workDir, "OVMF_VARS.fd")

@@ -51,8 +51,9 @@ cat <<MSG
 
 MSG
 
-# The guest reaches the host as 10.0.2.2 through QEMU's user network; the
-# kernel has no NIC driver yet, so it prints its banner and idles.
+# The guest reaches the host as 10.0.2.2 through QEMU's user network: the
+# kernel brings up its e1000, takes a DHCP lease and prints a status line
+# every 5 s. It does not check in yet (TCP arrives with the rest of issue 7).
 args=(-machine q35 -m 256 -display none -vga none -no-reboot -serial stdio -monitor none
       -nic user,model=e1000 -kernel "$OUT/kernel.bin")
 cfg="node=$NODE controller=http://10.0.2.2:${LISTEN##*:}"
