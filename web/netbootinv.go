@@ -150,14 +150,17 @@ func (n *InventoryNetboot) Approve(ctx context.Context, mac, nodeID string) erro
 	if err != nil {
 		return fmt.Errorf("MAC %q: %w", mac, err)
 	}
-	cred, err := n.Ctrl.AddNode(ctx, nodeID)
+	_, err = n.Ctrl.AddNode(ctx, nodeID)
 	if errors.Is(err, store.ErrExists) {
 		return fmt.Errorf("a node named %s already exists; choose another name", nodeID)
 	}
 	if err != nil {
 		return err
 	}
-	return n.Inv.Approve(ctx, hw, nodeID, cred, time.Now())
+	// No secret is stored with the MAC: `dpxe serve` mints a credential for
+	// each boot when the machine fetches its iPXE script
+	// (Controller.RotateCredential keeps only its hash).
+	return n.Inv.Approve(ctx, hw, nodeID, "", time.Now())
 }
 
 // Ignore implements Netboot by retiring the MAC: it keeps its record but

@@ -60,8 +60,11 @@ func TestInventoryNetboot(t *testing.T) {
 	if err != nil || n.State != inventory.Approved || n.ID != "rack-01" {
 		t.Fatalf("inventory after approve: %+v %v", n, err)
 	}
-	if err := f.ctrl.Authenticate(ctx, "rack-01", n.Credential); err != nil {
-		t.Fatalf("the approved credential does not authenticate: %v", err)
+	if n.Credential != "" {
+		t.Fatal("approval stored a credential in clear; it must be minted per boot")
+	}
+	if _, err := f.ctrl.Node(ctx, "rack-01"); err != nil {
+		t.Fatalf("approval did not create the node at the controller: %v", err)
 	}
 	// Approving another MAC under a taken name is refused with a reason.
 	code, _, body = post(t, c, f.srv.URL+"/discovered/52-54-00-99-99-99/approve", url.Values{"csrf": {csrf}, "name": {"rack-01"}})

@@ -18,7 +18,6 @@ import (
 	"github.com/discord-pxe/dpxe/fleet/netboot"
 	"github.com/discord-pxe/dpxe/fleet/netboot/dhcp"
 	"github.com/discord-pxe/dpxe/fleet/netboot/inventory"
-	"github.com/discord-pxe/dpxe/fleet/store"
 	"github.com/discord-pxe/dpxe/web"
 )
 
@@ -93,22 +92,15 @@ func (f *fleetInventory) Lookup(ctx context.Context, mac net.HardwareAddr) (inve
 	return n, nil
 }
 
-// approve gives a discovered (or not yet seen) MAC a node ID. The node is
-// created at the controller if it does not exist; its credential is minted
-// at each netboot, so none is stored or shown here.
-func (f *fleetInventory) approve(ctx context.Context, mac net.HardwareAddr, id string) error {
-	if _, err := f.ctrl.AddNode(ctx, id); err != nil && !errors.Is(err, store.ErrExists) {
-		return err
-	}
-	return f.SQL.Approve(ctx, mac, id, "", time.Now())
-}
-
 // attachNetboot mounts the operator endpoints and, with --interface, starts
 // the DHCP, TFTP and HTTP boot services.
 func attachNetboot(ctx context.Context, app *fleetApp, log *slog.Logger) (func(context.Context) error, error) {
 	inv := &fleetInventory{SQL: &inventory.SQL{DB: app.store.DB()}, ctrl: app.controller}
-	registerNetbootAPI(app, inv, log)
-	dashboardNetboot = &dashboardInventory{InventoryNetboot: web.InventoryNetboot{Inv: inv.SQL, Ctrl: app.controller}, inv: inv}
+	// One approval mechanism for the dashboard and the API: it creates the
+	// node at the controller and stores no secret with the MAC.
+	approver := &web.InventoryNetboot{Inv: inv.SQL, Ctrl: app.controller}
+	registerNetbootAPI(app, inv, approver, log)
+	dashboardNetboot = approver
 	app.controller.OnNodeLive(func(nodeID, addr string) {
 		go recordCheckin(inv.SQL, nodeID, addr, log)
 	})
@@ -304,22 +296,6 @@ func recordCheckin(inv *inventory.SQL, nodeID, addr string, log *slog.Logger) {
 	}
 }
 
-// dashboardInventory is the dashboard's view of netboot: approval goes
-// through fleetInventory, so the dashboard never sees or stores a secret.
-type dashboardInventory struct {
-	web.InventoryNetboot
-	inv *fleetInventory
-}
-
-// Approve implements web.Netboot.
-func (d *dashboardInventory) Approve(ctx context.Context, mac, nodeID string) error {
-	hw, err := inventory.ParseMAC(mac)
-	if err != nil {
-		return fmt.Errorf("MAC %q: %w", mac, err)
-	}
-	return d.inv.approve(ctx, hw, nodeID)
-}
-
 // netbootMachine is one MAC in the operator API (no credential, ever).
 type netbootMachine struct {
 	MAC       string    `json:"mac"`
@@ -337,7 +313,7 @@ type netbootMachine struct {
 //	POST /v1/netboot/machines/{mac}/approve      {"node_id": NAME}
 //	POST /v1/netboot/machines/{mac}/retire
 //	GET  /v1/netboot/machines/{mac}/timeline     the boot timeline
-func registerNetbootAPI(app *fleetApp, inv *fleetInventory, log *slog.Logger) {
+func registerNetbootAPI(app *fleetApp, inv *fleetInventory, approver *web.InventoryNetboot, log *slog.Logger) {
 	admin := func(h http.HandlerFunc) http.HandlerFunc { return api.AdminOnly(app.adminHash, log, h) }
 	machine := func(w http.ResponseWriter, r *http.Request) (net.HardwareAddr, bool) {
 		hw, err := inventory.ParseMAC(r.PathValue("mac"))
@@ -374,7 +350,7 @@ func registerNetbootAPI(app *fleetApp, inv *fleetInventory, log *slog.Logger) {
 			api.WriteError(w, http.StatusBadRequest, "", "body must be {\"node_id\": NAME}: "+err.Error())
 			return
 		}
-		if err := inv.approve(r.Context(), hw, body.NodeID); err != nil {
+		if err := approver.Approve(r.Context(), inventory.MACKey(hw), body.NodeID); err != nil {
 			api.WriteError(w, http.StatusBadRequest, "node_id", err.Error())
 			return
 		}
