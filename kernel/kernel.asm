@@ -52,6 +52,7 @@ text_start:
 %include "shard/route.inc"
 %include "selftest/selftest.inc"
 %include "selftest/net_selftest.inc"
+%include "net/tcp_selftest.inc"
 %include "core/data.inc"		; read-only tables and strings
 
 	align	4096, db 0		; PE FileAlignment: the file ends on a page

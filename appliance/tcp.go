@@ -1,0 +1,183 @@
+package appliance
+
+import (
+	"encoding/binary"
+	"errors"
+)
+
+// TCP constants as in kernel/net/tcp.inc (RFC 9293 §3.1, §3.2).
+const (
+	TCPHeaderSize = 20 // header without options
+	TCPOptEOL     = 0  // end of option list
+	TCPOptNOP     = 1  // no-operation
+	TCPOptMSS     = 2  // maximum segment size
+	TCPOptMSSLen  = 4  // kind, length, 16-bit value
+	ipProtoTCP    = 6
+)
+
+// Errors of ParseTCPSegment, one per kernel drop counter.
+var (
+	// ErrTCPLength means the segment is shorter than a TCP header, or its
+	// data offset is below 5 words or past the end of the segment.
+	ErrTCPLength = errors.New("tcp: bad length or data offset")
+	// ErrTCPChecksum means the checksum over the IPv4 pseudo-header and
+	// the segment does not verify.
+	ErrTCPChecksum = errors.New("tcp: bad checksum")
+	// ErrTCPOption means an option's length byte is missing, below 2 or
+	// runs past the header, or an MSS option is not 4 bytes long.
+	ErrTCPOption = errors.New("tcp: malformed option")
+)
+
+// TCPSegment is what the kernel's tcp_parse keeps of a segment (struc
+// TCPSEG), in host order.
+type TCPSegment struct {
+	SrcPort, DstPort uint32
+	Seq, Ack         uint32
+	Flags, Window    uint32
+	HdrLen, DataLen  uint32
+	MSS              uint32 // 0 when the segment carries no MSS option
+}
+
+// SeqCmp compares two TCP sequence numbers modulo 2^32 (RFC 9293 §3.4):
+// -1 when a is before b, 0 when equal, 1 when after. A difference of
+// exactly 2^31 counts as "before", as the kernel's signed test does.
+func SeqCmp(a, b uint32) int {
+	d := int32(a - b)
+	switch {
+	case d < 0:
+		return -1
+	case d > 0:
+		return 1
+	}
+	return 0
+}
+
+// TCPPseudoChecksum is the RFC 9293 §3.1 checksum of seg with the IPv4
+// pseudo-header for src and dst (addresses as 4 bytes in wire order).
+func TCPPseudoChecksum(src, dst [4]byte, seg []byte) uint16 {
+	b := make([]byte, 0, 12+len(seg))
+	b = append(b, src[:]...)
+	b = append(b, dst[:]...)
+	b = append(b, 0, ipProtoTCP, byte(len(seg)>>8), byte(len(seg)))
+	b = append(b, seg...)
+	return InternetChecksum(b)
+}
+
+// ParseTCPSegment checks a received segment as the kernel's tcp_parse
+// does and returns its header fields.
+func ParseTCPSegment(src, dst [4]byte, seg []byte) (TCPSegment, error) {
+	var s TCPSegment
+	if len(seg) < TCPHeaderSize {
+		return s, ErrTCPLength
+	}
+	hl := int(seg[12]>>4) * 4
+	if hl < TCPHeaderSize || hl > len(seg) {
+		return s, ErrTCPLength
+	}
+	if TCPPseudoChecksum(src, dst, seg) != 0 {
+		return s, ErrTCPChecksum
+	}
+	s.SrcPort = uint32(binary.BigEndian.Uint16(seg[0:]))
+	s.DstPort = uint32(binary.BigEndian.Uint16(seg[2:]))
+	s.Seq = binary.BigEndian.Uint32(seg[4:])
+	s.Ack = binary.BigEndian.Uint32(seg[8:])
+	s.Flags = uint32(seg[13])
+	s.Window = uint32(binary.BigEndian.Uint16(seg[14:]))
+	s.HdrLen = uint32(hl)
+	s.DataLen = uint32(len(seg) - hl)
+	for i := TCPHeaderSize; i < hl; {
+		kind := seg[i]
+		if kind == TCPOptEOL {
+			break
+		}
+		if kind == TCPOptNOP {
+			i++
+			continue
+		}
+		if i+1 >= hl {
+			return TCPSegment{}, ErrTCPOption
+		}
+		l := int(seg[i+1])
+		if l < 2 || i+l > hl {
+			return TCPSegment{}, ErrTCPOption
+		}
+		if kind == TCPOptMSS {
+			if l != TCPOptMSSLen {
+				return TCPSegment{}, ErrTCPOption
+			}
+			s.MSS = uint32(binary.BigEndian.Uint16(seg[i+2:]))
+		}
+		i += l
+	}
+	return s, nil
+}
+
+// tcpDigestOffsets are the data-offset nibbles the "tcpseg" digest draws
+// from (index (r >> 35) & 7), as net_tcp_doffs in the kernel.
+var tcpDigestOffsets = [8]byte{5, 5, 6, 7, 8, 15, 4, 0}
+
+// TCPSegmentDigest is the kernel's "selftest digest tcpseg" for a seed.
+// For each case r = next(); n = r % 81 bytes of next() words (little
+// endian); w = next() gives the source (low 32 bits) and destination
+// addresses (as the kernel loads them: first octet in the low byte).
+// mode = (r >> 32) & 7. When n >= 13 byte 12 gets a data offset from
+// tcpDigestOffsets; modes 1 and 2 with n >= 24 put an MSS option kind and
+// length at bytes 20-21; unless mode is 7, a segment of n >= 18 bytes gets
+// its correct checksum. The verdict (0 well-formed, 1 length, 2 checksum,
+// 3 option) is folded, then the nine TCPSegment fields when well-formed,
+// then SeqCmp(src, dst) and SeqCmp(src, src + (dst & 0xFF) - 0x80) as
+// sign-extended 64-bit values.
+func TCPSegmentDigest(seed uint32) uint64 {
+	state := uint64(seed)
+	next := func() uint64 {
+		state += 0x9E3779B97F4A7C15
+		z := state
+		z = (z ^ z>>30) * 0xBF58476D1CE4E5B9
+		z = (z ^ z>>27) * 0x94D049BB133111EB
+		return z ^ z>>31
+	}
+	d := uint64(0xCBF29CE484222325)
+	add := func(v uint64) { d = (d ^ v) * 0x100000001B3 }
+	buf := make([]byte, 88)
+	for i := 0; i < ChecksumDigestCases; i++ {
+		r := next()
+		n := int(r % 81)
+		mode := (r >> 32) & 7
+		for j := 0; j < n; j += 8 {
+			binary.LittleEndian.PutUint64(buf[j:], next())
+		}
+		w := next()
+		srcV, dstV := uint32(w), uint32(w>>32)
+		var src, dst [4]byte
+		binary.LittleEndian.PutUint32(src[:], srcV)
+		binary.LittleEndian.PutUint32(dst[:], dstV)
+		seg := buf[:n]
+		if n >= 13 {
+			seg[12] = tcpDigestOffsets[(r>>35)&7] << 4
+		}
+		if (mode == 1 || mode == 2) && n >= 24 {
+			seg[20], seg[21] = TCPOptMSS, TCPOptMSSLen
+		}
+		if mode != 7 && n >= 18 {
+			seg[16], seg[17] = 0, 0
+			binary.BigEndian.PutUint16(seg[16:], TCPPseudoChecksum(src, dst, seg))
+		}
+		s, err := ParseTCPSegment(src, dst, seg)
+		switch err {
+		case nil:
+			add(0)
+			for _, v := range []uint32{s.SrcPort, s.DstPort, s.Seq, s.Ack, s.Flags, s.Window, s.HdrLen, s.DataLen, s.MSS} {
+				add(uint64(v))
+			}
+		case ErrTCPLength:
+			add(1)
+		case ErrTCPChecksum:
+			add(2)
+		case ErrTCPOption:
+			add(3)
+		}
+		add(uint64(int64(SeqCmp(srcV, dstV))))
+		add(uint64(int64(SeqCmp(srcV, srcV+dstV&0xFF-0x80))))
+	}
+	return d
+}
