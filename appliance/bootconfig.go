@@ -51,6 +51,7 @@ type BootConfig struct {
 	SelfTest    bool   // selftest=1 runs the self-tests and exits QEMU
 	Seed        uint32 // seed=, PRNG seed of the differential self-test
 	StaticIP    string // ip=, A.B.C.D/NN[,GW]: a static address instead of DHCP (see ParseStaticIP)
+	TCPTest     string // tcptest=, A.B.C.D:PORT: the kernel's TCP client test (see ParseTCPTest)
 
 	HasShards, HasTotalShards, HasCapacity, HasSeed bool
 }
@@ -139,6 +140,13 @@ var bootKeys = []bootKey{
 			return err
 		}
 		c.StaticIP = v
+		return nil
+	}},
+	{"tcptest", "TCP client test: A.B.C.D:PORT to receive 64 KiB from and close", func(c *BootConfig, v string) error {
+		if _, err := ParseTCPTest(v); err != nil {
+			return err
+		}
+		c.TCPTest = v
 		return nil
 	}},
 }
@@ -358,6 +366,9 @@ func (c BootConfig) String() string {
 	if c.StaticIP != "" {
 		add("ip", c.StaticIP)
 	}
+	if c.TCPTest != "" {
+		add("tcptest", c.TCPTest)
+	}
 	return strings.Join(parts, " ")
 }
 
@@ -410,5 +421,7 @@ func (c *BootConfig) clear(key string) {
 		c.Seed, c.HasSeed = 0, false
 	case "ip":
 		c.StaticIP = ""
+	case "tcptest":
+		c.TCPTest = ""
 	}
 }

@@ -3,6 +3,7 @@ package appliance
 import (
 	"encoding/binary"
 	"errors"
+	"net/netip"
 )
 
 // TCP constants as in kernel/net/tcp.inc (RFC 9293 §3.1, §3.2).
@@ -180,4 +181,47 @@ func TCPSegmentDigest(seed uint32) uint64 {
 		add(uint64(int64(SeqCmp(srcV, srcV+dstV&0xFF-0x80))))
 	}
 	return d
+}
+
+// TCPTestBytes is how many bytes the kernel's tcptest= client receives
+// before it closes the connection.
+const TCPTestBytes = 65536
+
+// ErrTCPTest means a tcptest= value is not A.B.C.D:PORT.
+var ErrTCPTest = errors.New("tcptest must be A.B.C.D:PORT (octets 0-255 and port 1-65535 without leading zeros)")
+
+// ParseTCPTest checks a tcptest= value as the kernel's cfg_value_tcptest
+// does: a dotted quad (ParseStaticIP's octet rules), ':', and a port of
+// 1-65535 without a leading zero, nothing after it.
+func ParseTCPTest(v string) (netip.AddrPort, error) {
+	a, rest, err := parseQuad(v)
+	if err != nil || len(rest) < 2 || rest[0] != ':' {
+		return netip.AddrPort{}, ErrTCPTest
+	}
+	p := rest[1:]
+	if len(p) > 5 || p[0] == '0' {
+		return netip.AddrPort{}, ErrTCPTest
+	}
+	n := 0
+	for i := 0; i < len(p); i++ {
+		if p[i] < '0' || p[i] > '9' {
+			return netip.AddrPort{}, ErrTCPTest
+		}
+		n = n*10 + int(p[i]-'0')
+	}
+	if n > 65535 {
+		return netip.AddrPort{}, ErrTCPTest
+	}
+	return netip.AddrPortFrom(a, uint16(n)), nil
+}
+
+// TCPTestDigest is the FNV-1a (32-bit, per byte) of data, as the kernel
+// prints it in "tcptest: received N bytes fnv1a=XXXXXXXX".
+func TCPTestDigest(data []byte) uint32 {
+	h := uint32(2166136261)
+	for _, b := range data {
+		h ^= uint32(b)
+		h *= 16777619
+	}
+	return h
 }

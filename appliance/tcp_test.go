@@ -2,6 +2,7 @@ package appliance
 
 import (
 	"encoding/binary"
+	"strings"
 	"testing"
 )
 
@@ -102,4 +103,30 @@ func FuzzParseTCPSegment(f *testing.F) {
 			t.Fatalf("lengths %d+%d for %d bytes", s.HdrLen, s.DataLen, len(b))
 		}
 	})
+}
+
+func TestParseTCPTest(t *testing.T) {
+	good := map[string]string{"10.0.0.1:9000": "10.0.0.1:9000", "1.2.3.4:1": "1.2.3.4:1", "255.255.255.255:65535": "255.255.255.255:65535"}
+	for v, want := range good {
+		ap, err := ParseTCPTest(v)
+		if err != nil || ap.String() != want {
+			t.Errorf("ParseTCPTest(%q) = %v, %v; want %s", v, ap, err, want)
+		}
+	}
+	for _, v := range []string{"", "10.0.0.1", "10.0.0.1:", "10.0.0.1:0", "10.0.0.1:09000", "10.0.0.1:65536", "10.0.0.1:123456",
+		"10.0.0.1:90a", "10.0.0.1:9000 ", "10.0.0.01:9000", "10.0.0:9000", "10.0.0.1;9000", "host:9000"} {
+		if _, err := ParseTCPTest(v); err == nil {
+			t.Errorf("ParseTCPTest(%q) accepted", v)
+		}
+	}
+	var c BootConfig
+	if err := c.Set("tcptest=10.0.0.1:9000"); err != nil || !strings.Contains(c.String(), "tcptest=10.0.0.1:9000") {
+		t.Errorf("Set/String: %v, %q", err, c.String())
+	}
+}
+
+func TestTCPTestDigest(t *testing.T) {
+	if got := TCPTestDigest([]byte("a")); got != 0xe40c292c { // FNV-1a 32 test vector
+		t.Errorf("TCPTestDigest(\"a\") = %08x, want e40c292c", got)
+	}
 }
