@@ -116,15 +116,9 @@ const ChecksumDigestCases = 4096
 // of off+n bytes is filled with little-endian next() words; the checksum of
 // buf[off:off+n] is folded into an FNV-1a-over-words digest.
 func ChecksumDigest(seed uint32) uint64 {
-	state := uint64(seed)
-	next := func() uint64 {
-		state += 0x9E3779B97F4A7C15
-		z := state
-		z = (z ^ z>>30) * 0xBF58476D1CE4E5B9
-		z = (z ^ z>>27) * 0x94D049BB133111EB
-		return z ^ z>>31
-	}
-	d := uint64(0xCBF29CE484222325)
+	rng := &splitmix64{state: uint64(seed)} // the PRNG every kernel self-test shares
+	next := rng.next
+	d := newDigest()
 	buf := make([]byte, 1512)
 	for i := 0; i < ChecksumDigestCases; i++ {
 		r := next()
@@ -136,9 +130,9 @@ func ChecksumDigest(seed uint32) uint64 {
 				buf[j+k] = byte(w >> (8 * k))
 			}
 		}
-		d = (d ^ uint64(InternetChecksum(buf[off:off+n]))) * 0x100000001B3
+		d.add(uint64(InternetChecksum(buf[off : off+n])))
 	}
-	return d
+	return uint64(d)
 }
 
 // DHCPOptions is what the kernel's dhcp_parse_options keeps of a DHCP
@@ -246,8 +240,8 @@ var dhcpOptAlphabet = [16]byte{0, 255, 1, 3, 4, 6, 51, 52, 53, 54, 58, 59, 2, 8,
 // the verdict (1 malformed, 0 not) and, when well-formed, Have, Type,
 // Server, Mask, Router, DNS, Lease, T1, T2 and Overload.
 func DHCPOptionsDigest(seed uint32) uint64 {
-	d := uint64(0xCBF29CE484222325)
-	add := func(v uint64) { d = (d ^ v) * 0x100000001B3 }
+	d := newDigest()
+	add := d.add
 	dhcpOptionCases(seed, func(b []byte) {
 		o, err := ParseDHCPOptions(b)
 		if err != nil {
@@ -259,19 +253,13 @@ func DHCPOptionsDigest(seed uint32) uint64 {
 			add(uint64(v))
 		}
 	})
-	return d
+	return uint64(d)
 }
 
 // dhcpOptionCases generates the differential test's option fields.
 func dhcpOptionCases(seed uint32, f func([]byte)) {
-	state := uint64(seed)
-	next := func() uint64 {
-		state += 0x9E3779B97F4A7C15
-		z := state
-		z = (z ^ z>>30) * 0xBF58476D1CE4E5B9
-		z = (z ^ z>>27) * 0x94D049BB133111EB
-		return z ^ z>>31
-	}
+	rng := &splitmix64{state: uint64(seed)} // the PRNG every kernel self-test shares
+	next := rng.next
 	for i := 0; i < ChecksumDigestCases; i++ {
 		n := int(next() % 41)
 		b := make([]byte, n)

@@ -129,16 +129,10 @@ var tcpDigestOffsets = [8]byte{5, 5, 6, 7, 8, 15, 4, 0}
 // then SeqCmp(src, dst) and SeqCmp(src, src + (dst & 0xFF) - 0x80) as
 // sign-extended 64-bit values.
 func TCPSegmentDigest(seed uint32) uint64 {
-	state := uint64(seed)
-	next := func() uint64 {
-		state += 0x9E3779B97F4A7C15
-		z := state
-		z = (z ^ z>>30) * 0xBF58476D1CE4E5B9
-		z = (z ^ z>>27) * 0x94D049BB133111EB
-		return z ^ z>>31
-	}
-	d := uint64(0xCBF29CE484222325)
-	add := func(v uint64) { d = (d ^ v) * 0x100000001B3 }
+	rng := &splitmix64{state: uint64(seed)} // the PRNG every kernel self-test shares
+	next := rng.next
+	d := newDigest()
+	add := d.add
 	buf := make([]byte, 88)
 	for i := 0; i < ChecksumDigestCases; i++ {
 		r := next()
@@ -180,7 +174,7 @@ func TCPSegmentDigest(seed uint32) uint64 {
 		add(uint64(int64(SeqCmp(srcV, dstV))))
 		add(uint64(int64(SeqCmp(srcV, srcV+dstV&0xFF-0x80))))
 	}
-	return d
+	return uint64(d)
 }
 
 // TCPTestBytes is how many bytes the kernel's tcptest= client receives

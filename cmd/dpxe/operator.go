@@ -96,17 +96,6 @@ func runDrain(ctx context.Context, verb string, args []string) error {
 	return nil
 }
 
-// routeAnswer is GET /v1/route's body.
-type routeAnswer struct {
-	GuildID     string `json:"guild_id"`
-	ShardID     uint32 `json:"shard_id"`
-	TotalShards uint32 `json:"total_shards"`
-	NodeID      string `json:"node_id"`
-	Address     string `json:"address"`
-	Generation  uint64 `json:"generation"`
-	Error       string `json:"error,omitempty"`
-}
-
 func runRoute(ctx context.Context, args []string) error {
 	fs := newFlagSet("route", "[flags] GUILD_ID")
 	cf := addClientFlags(fs)
@@ -124,7 +113,7 @@ func runRoute(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	var r routeAnswer
+	var r controller.RouteView // a 404 body also carries the shard
 	status, err := c.doStatus(ctx, "GET", "/v1/route?guild_id="+url.QueryEscape(rest[0]), &r)
 	if err != nil {
 		return err

@@ -128,16 +128,8 @@ func TestBootPaths(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Logf("%s: %s, accel %s, QEMU start to exit %v", p.name, p.medium, qemu.Accelerator(o), res.Elapsed.Round(time.Millisecond))
-			failed := false
-			fail := func(format string, args ...any) {
-				failed = true
-				t.Errorf(format, args...)
-			}
-			defer func() {
-				if failed {
-					t.Logf("serial console:\n%s", res.Serial)
-				}
-			}()
+			fail := t.Errorf
+			logSerialOnFailure(t, res)
 			if !res.Passed() {
 				fail("QEMU exit status %d (timed out: %v), want %d (self-test pass)", res.ExitCode, res.TimedOut, qemu.ExitPass)
 			}

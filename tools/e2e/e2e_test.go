@@ -13,6 +13,7 @@ import (
 
 	"github.com/discord-pxe/dpxe/image"
 	"github.com/discord-pxe/dpxe/kernel"
+	"github.com/discord-pxe/dpxe/tools/qemu"
 )
 
 var (
@@ -45,4 +46,14 @@ func outDir(t testing.TB) string {
 		t.Fatalf("building images: %v", imagesErr)
 	}
 	return imagesDir
+}
+
+// logSerialOnFailure logs a QEMU run's serial console once, at the end of
+// the test, if the test failed.
+func logSerialOnFailure(t testing.TB, res *qemu.Result) {
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("serial console:\n%s", res.Serial)
+		}
+	})
 }

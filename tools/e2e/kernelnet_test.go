@@ -41,16 +41,8 @@ func TestKernelNetSelfTest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	failed := false
-	fail := func(format string, args ...any) {
-		failed = true
-		t.Errorf(format, args...)
-	}
-	defer func() {
-		if failed {
-			t.Logf("serial console:\n%s", res.Serial)
-		}
-	}()
+	fail := t.Errorf
+	logSerialOnFailure(t, res)
 	if !res.Passed() {
 		fail("QEMU exit status %d, want %d (self-test pass)", res.ExitCode, qemu.ExitPass)
 	}
