@@ -53,6 +53,10 @@ text_start:
 %include "selftest/selftest.inc"
 %include "selftest/net_selftest.inc"
 %include "net/tcp_selftest.inc"
+%include "lib/sha1.inc"		; SHA-1 (WebSocket accept key)
+%include "lib/base64.inc"
+%include "lib/ws.inc"			; RFC 6455 framing
+%include "selftest/lib_selftest.inc"
 %include "core/data.inc"		; read-only tables and strings
 
 	align	4096, db 0		; PE FileAlignment: the file ends on a page
