@@ -63,6 +63,16 @@ type ShardStatus struct {
 	Reconnects      uint32     `json:"reconnects"`           // transport resets so far
 	LastError       string     `json:"last_error,omitempty"` // short printable ASCII text
 	CloseCode       uint16     `json:"close_code,omitempty"` // last Gateway close code, 0 for none
+	// SessionID, Seq and ResumeURL are the shard's resumable Gateway
+	// session (resume hand-off, docs/handoff.md): the session_id and
+	// resume_gateway_url of its READY and the last dispatch sequence. A
+	// node reports them for a shard it stopped because it left its
+	// assignment (closed with a non-1000 code, so the session stays
+	// resumable), and may report them for running shards. SessionID and
+	// ResumeURL come together; Seq counts only with SeqValid.
+	SessionID string `json:"session_id,omitempty"` // ValidateSessionID
+	Seq       uint32 `json:"seq,omitempty"`        // last sequence; the kernel keeps 32 bits
+	ResumeURL string `json:"resume_url,omitempty"` // ValidateGatewayURL, at most MaxGatewayURLLen bytes
 }
 
 // CheckinRequest is the body of POST /v1/checkin (seed 004 plus DESIGN §5).
@@ -96,6 +106,30 @@ type CheckinResponse struct {
 	// milliseconds: a third of the lease normally, sooner while shards are
 	// pending or the plan is settling.
 	NextCheckinMS uint32 `json:"next_checkin_ms"`
+	// GatewayURL is the Discord Gateway URL to dial, ready to use:
+	// "ws://host[:port]/path?v=10&encoding=json" (GatewayDialURL). Absent
+	// while the controller has no Gateway settings.
+	GatewayURL string `json:"gateway_url,omitempty"`
+	// BotToken is the bot token for Identify and Resume (without "Bot ").
+	// It is only ever sent to an authenticated node and never stored on
+	// boot media.
+	BotToken string `json:"bot_token,omitempty"`
+	// Intents is the Gateway intents bitmask for Identify.
+	Intents uint32 `json:"intents,omitempty"`
+	// Resume lists shards of this node's assignment, startable now, whose
+	// previous owner handed over a resumable session: the node starts them
+	// with Resume on ResumeURL instead of Identify, and falls back to a
+	// claimed Identify if the Resume fails.
+	Resume []ResumeState `json:"resume,omitempty"`
+}
+
+// ResumeState is a resumable Gateway session the controller hands to a
+// shard's new owner (resume hand-off, docs/handoff.md).
+type ResumeState struct {
+	ShardID   uint32 `json:"shard_id"`
+	SessionID string `json:"session_id"`
+	Seq       uint32 `json:"seq"`
+	ResumeURL string `json:"resume_url"` // ready to dial, as GatewayDialURL returns it
 }
 
 // IdentifyRequest is the body of POST /v1/identify: a node asks whether
@@ -275,6 +309,17 @@ func (s *ShardStatus) validate() *FieldError {
 	if s.CloseCode != 0 && (s.CloseCode < minCloseCode || s.CloseCode > maxCloseCode) {
 		return &FieldError{Field: "close_code", Reason: fmt.Sprintf("%d is neither 0 nor in %d..%d", s.CloseCode, minCloseCode, maxCloseCode)}
 	}
+	if s.SessionID != "" || s.ResumeURL != "" {
+		if err := ValidateSessionID(s.SessionID); err != nil {
+			return &FieldError{Field: "session_id", Reason: err.Error()}
+		}
+		if s.ResumeURL == "" {
+			return &FieldError{Field: "resume_url", Reason: "missing: session_id and resume_url come together"}
+		}
+		if err := ValidateGatewayURL(s.ResumeURL); err != nil {
+			return &FieldError{Field: "resume_url", Reason: err.Error()}
+		}
+	}
 	return nil
 }
 
@@ -291,4 +336,120 @@ func ParseIdentifyRequest(data []byte) (IdentifyRequest, error) {
 		return IdentifyRequest{}, &FieldError{Field: "shard_id", Reason: fmt.Sprintf("%d out of range 0..%d", r.ShardID, MaxTotalShards-1)}
 	}
 	return r, nil
+}
+
+// Gateway session and URL limits (resume hand-off and Gateway settings).
+const (
+	// MaxSessionIDLen bounds a Gateway session ID, in bytes (Discord's are
+	// 32 hex digits).
+	MaxSessionIDLen = 64
+	// MaxGatewayURLLen bounds a Gateway or resume URL as reported or
+	// configured, in bytes; GatewayDialURL adds at most
+	// len(GatewayQuery)+2 bytes to it.
+	MaxGatewayURLLen = 200
+	// GatewayQuery is the query every Gateway connection carries: API v10,
+	// JSON encoding, no transport compression (docs/protocol.md).
+	GatewayQuery = "v=10&encoding=json"
+)
+
+// ErrWSSUnsupported is returned for a wss:// Gateway URL: the kernel speaks
+// ws:// only until it has TLS.
+var ErrWSSUnsupported = errors.New("wss:// is not supported: nodes speak ws:// only until the kernel has TLS")
+
+// ValidateSessionID checks a Gateway session ID as nodes report it: 1..64
+// bytes of visible ASCII (0x21-0x7e) other than '"' and '\', so the
+// kernel's JSON writer needs no escapes.
+func ValidateSessionID(id string) error {
+	if len(id) == 0 || len(id) > MaxSessionIDLen {
+		return fmt.Errorf("%d bytes, want 1..%d", len(id), MaxSessionIDLen)
+	}
+	for i := 0; i < len(id); i++ {
+		if b := id[i]; b < 0x21 || b > 0x7e || b == '"' || b == '\\' {
+			return fmt.Errorf("byte 0x%02x at position %d is not visible ASCII other than '\"' and '\\\\'", b, i)
+		}
+	}
+	return nil
+}
+
+// ValidateGatewayURL checks a Gateway URL against the grammar the kernel
+// parses: "ws://" HOST [":" PORT] [PATH] ["?" QUERY], at most
+// MaxGatewayURLLen bytes, where HOST is 1..253 of A-Za-z0-9.- (a DNS name
+// or an IPv4 address), PORT is 1..65535 in decimal, PATH starts with '/',
+// and PATH and QUERY are visible ASCII without '"', '\' or '#'. No user
+// info, no fragment, no IPv6 literal. The scheme is lower case; wss:// is
+// refused with ErrWSSUnsupported.
+func ValidateGatewayURL(u string) error { return validateGatewayURL(u, MaxGatewayURLLen) }
+
+// validateGatewayURL is ValidateGatewayURL with a length limit.
+func validateGatewayURL(u string, limit int) error {
+	if len(u) > limit {
+		return fmt.Errorf("%d bytes, at most %d", len(u), limit)
+	}
+	rest, ok := strings.CutPrefix(u, "ws://")
+	if !ok {
+		if strings.HasPrefix(strings.ToLower(u), "wss://") {
+			return ErrWSSUnsupported
+		}
+		return fmt.Errorf("%q does not start with ws://", clip(u))
+	}
+	end := strings.IndexAny(rest, "/?")
+	if end < 0 {
+		end = len(rest)
+	}
+	host, port, hasPort := strings.Cut(rest[:end], ":")
+	if len(host) == 0 || len(host) > 253 {
+		return fmt.Errorf("host of %d bytes, want 1..253", len(host))
+	}
+	for i := 0; i < len(host); i++ {
+		b := host[i]
+		if !(b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || b == '.' || b == '-') {
+			return fmt.Errorf("host byte 0x%02x at position %d is not one of A-Za-z0-9.-", b, i)
+		}
+	}
+	if hasPort {
+		if len(port) == 0 || len(port) > 5 {
+			return fmt.Errorf("port %q is not 1..65535", clip(port))
+		}
+		v := 0
+		for i := 0; i < len(port); i++ {
+			if port[i] < '0' || port[i] > '9' {
+				return fmt.Errorf("port %q is not 1..65535", clip(port))
+			}
+			v = v*10 + int(port[i]-'0')
+		}
+		if v < 1 || v > 65535 {
+			return fmt.Errorf("port %q is not 1..65535", clip(port))
+		}
+	}
+	for i := end; i < len(rest); i++ {
+		if b := rest[i]; b < 0x21 || b > 0x7e || b == '"' || b == '\\' || b == '#' {
+			return fmt.Errorf("byte 0x%02x at position %d is not allowed in a path or query", b, len("ws://")+i)
+		}
+	}
+	return nil
+}
+
+// MaxDialURLLen bounds a URL GatewayDialURL returns: a base of at most
+// MaxGatewayURLLen bytes, '?' and GatewayQuery.
+const MaxDialURLLen = MaxGatewayURLLen + 1 + len(GatewayQuery)
+
+// GatewayDialURL turns a Gateway URL (GET /gateway/bot's url, READY's
+// resume_gateway_url, or the operator's --gateway-url) into the URL a node
+// dials: it checks u's grammar (ValidateGatewayURL, up to MaxDialURLLen
+// bytes), drops any query, makes the path "/" when there is none, and
+// appends "?" + GatewayQuery. The part before '?' must then be at most
+// MaxGatewayURLLen bytes. It is idempotent. The kernel applies the same
+// rule to a resume URL it keeps for its own Resumes.
+func GatewayDialURL(u string) (string, error) {
+	if err := validateGatewayURL(u, MaxDialURLLen); err != nil {
+		return "", err
+	}
+	base, _, _ := strings.Cut(u, "?")
+	if !strings.Contains(base[len("ws://"):], "/") {
+		base += "/"
+	}
+	if len(base) > MaxGatewayURLLen {
+		return "", fmt.Errorf("%d bytes before the query, at most %d", len(base), MaxGatewayURLLen)
+	}
+	return base + "?" + GatewayQuery, nil
 }

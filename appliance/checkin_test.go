@@ -54,6 +54,18 @@ func TestParseCheckinRequest(t *testing.T) {
 		{"close code", `{"node_id":"a","capacity":1,"shards":[{"id":1,"state":"READY","close_code":999}]}`, "shards[0].close_code"},
 		{"last error ctl", `{"node_id":"a","capacity":1,"shards":[{"id":1,"state":"READY","last_error":"a\nb"}]}`, "shards[0].last_error"},
 		{"last error long", `{"node_id":"a","capacity":1,"shards":[{"id":1,"state":"READY","last_error":"` + strings.Repeat("e", 201) + `"}]}`, "shards[0].last_error"},
+		{"session without url", `{"node_id":"a","capacity":1,"shards":[{"id":1,"state":"READY","session_id":"abc"}]}`, "shards[0].resume_url"},
+		{"url without session", `{"node_id":"a","capacity":1,"shards":[{"id":1,"state":"READY","resume_url":"ws://h/"}]}`, "shards[0].session_id"},
+		{"session quote", `{"node_id":"a","capacity":1,"shards":[{"id":1,"state":"READY","session_id":"a\"b","resume_url":"ws://h/"}]}`, "shards[0].session_id"},
+		{"session backslash", `{"node_id":"a","capacity":1,"shards":[{"id":1,"state":"READY","session_id":"a\\b","resume_url":"ws://h/"}]}`, "shards[0].session_id"},
+		{"session space", `{"node_id":"a","capacity":1,"shards":[{"id":1,"state":"READY","session_id":"a b","resume_url":"ws://h/"}]}`, "shards[0].session_id"},
+		{"session long", `{"node_id":"a","capacity":1,"shards":[{"id":1,"state":"READY","session_id":"` + strings.Repeat("s", 65) + `","resume_url":"ws://h/"}]}`, "shards[0].session_id"},
+		{"session non-ascii", `{"node_id":"a","capacity":1,"shards":[{"id":1,"state":"READY","session_id":"caf\u00e9","resume_url":"ws://h/"}]}`, "shards[0].session_id"},
+		{"seq negative", `{"node_id":"a","capacity":1,"shards":[{"id":1,"state":"READY","seq":-1}]}`, "seq"},
+		{"seq over 32 bits", `{"node_id":"a","capacity":1,"shards":[{"id":1,"state":"READY","seq":4294967296}]}`, "seq"},
+		{"resume wss", `{"node_id":"a","capacity":1,"shards":[{"id":1,"state":"READY","session_id":"s","resume_url":"wss://gateway.discord.gg"}]}`, "shards[0].resume_url"},
+		{"resume http", `{"node_id":"a","capacity":1,"shards":[{"id":1,"state":"READY","session_id":"s","resume_url":"http://h/"}]}`, "shards[0].resume_url"},
+		{"resume long", `{"node_id":"a","capacity":1,"shards":[{"id":1,"state":"READY","session_id":"s","resume_url":"ws://h/` + strings.Repeat("p", 195) + `"}]}`, "shards[0].resume_url"},
 	}
 	for _, c := range bad {
 		_, err := ParseCheckinRequest([]byte(c.body))
@@ -74,6 +86,15 @@ func TestParseCheckinRequest(t *testing.T) {
 	body, _ := json.Marshal(tooMany)
 	if _, err := ParseCheckinRequest(body); err == nil || !strings.HasPrefix(err.Error(), "shards:") {
 		t.Errorf("129 shard entries: %v", err)
+	}
+	withSession := `{"node_id":"a","capacity":2,"generation":9,"shards":[
+	 {"id":3,"state":"ASSIGNED","seq_valid":true,"close_code":4200,"session_id":"9b2c0e6f1d6a4c7e8f0a1b2c3d4e5f60","seq":4294967295,"resume_url":"ws://10.0.0.9:9000/resume"}]}`
+	got, err = ParseCheckinRequest([]byte(withSession))
+	if err != nil {
+		t.Fatalf("session fields: %v", err)
+	}
+	if s := got.Shards[0]; s.SessionID != "9b2c0e6f1d6a4c7e8f0a1b2c3d4e5f60" || s.Seq != 4294967295 || s.ResumeURL != "ws://10.0.0.9:9000/resume" {
+		t.Fatalf("session fields decoded as %+v", s)
 	}
 	huge := `{"node_id":"a","capacity":1,"shards":[` + strings.Repeat(" ", MaxCheckinBody) + `]}`
 	if _, err := ParseCheckinRequest([]byte(huge)); !errors.Is(err, ErrBodyTooLarge) {
@@ -118,6 +139,8 @@ func FuzzParseCheckinRequest(f *testing.F) {
 	f.Add([]byte(`{"node_id":"compaq-01","capacity":16,"ready_shards":8,"starting_shards":2,"backoff_shards":1,"fatal_shards":0}`))
 	f.Add([]byte(`{"node_id":"a","capacity":1,"generation":3,"shards":[{"id":1,"state":"READY","close_code":4014}]}`))
 	f.Add([]byte(`{"node_id":"a","capacity":1,"x":1}`))
+	f.Add([]byte(`{"node_id":"a","capacity":1,"generation":4,"shards":[{"id":2,"state":"ASSIGNED","seq_valid":true,"session_id":"abc","seq":77,"resume_url":"ws://gw.local:9000/resume?x=1"}]}`))
+	f.Add([]byte(`{"node_id":"a","capacity":1,"shards":[{"id":2,"state":"READY","session_id":"a","resume_url":"wss://h"}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r, err := ParseCheckinRequest(data)
 		if err != nil {
@@ -144,5 +167,100 @@ func FuzzParseCheckinRequest(f *testing.F) {
 		if len(r2.Shards) != len(r.Shards) || r2.NodeID != r.NodeID || r2.Generation != r.Generation {
 			t.Fatalf("round trip changed %+v into %+v", r, r2)
 		}
+		for i, s := range r.Shards {
+			if s != r2.Shards[i] {
+				t.Fatalf("round trip changed shard %+v into %+v", s, r2.Shards[i])
+			}
+			if s.SessionID == "" && s.ResumeURL == "" {
+				continue
+			}
+			if ValidateSessionID(s.SessionID) != nil || ValidateGatewayURL(s.ResumeURL) != nil {
+				t.Fatalf("accepted session fields %q %q", s.SessionID, s.ResumeURL)
+			}
+			if _, err := GatewayDialURL(s.ResumeURL); err != nil {
+				t.Fatalf("accepted resume_url %q has no dial URL: %v", s.ResumeURL, err)
+			}
+		}
 	})
+}
+
+func TestValidateGatewayURL(t *testing.T) {
+	good := map[string]string{
+		"ws://127.0.0.1:9000":                          "ws://127.0.0.1:9000/?v=10&encoding=json",
+		"ws://127.0.0.1:9000/":                         "ws://127.0.0.1:9000/?v=10&encoding=json",
+		"ws://gw.example-1.local/resume":               "ws://gw.example-1.local/resume?v=10&encoding=json",
+		"ws://h:1/a/b?v=9&encoding=etf&compress=x":     "ws://h:1/a/b?v=10&encoding=json",
+		"ws://h?v=10":                                  "ws://h/?v=10&encoding=json",
+		"ws://h:65535/p%20q~!$&'()*+,;=:@":             "ws://h:65535/p%20q~!$&'()*+,;=:@?v=10&encoding=json",
+		"ws://h/?v=10&encoding=json":                   "ws://h/?v=10&encoding=json",
+		"ws://" + strings.Repeat("a", 194):             "ws://" + strings.Repeat("a", 194) + "/?v=10&encoding=json",
+		"ws://10.0.0.9:9000/resume?v=10&encoding=json": "ws://10.0.0.9:9000/resume?v=10&encoding=json",
+	}
+	for in, want := range good {
+		if err := ValidateGatewayURL(in); err != nil {
+			t.Errorf("ValidateGatewayURL(%q): %v", in, err)
+			continue
+		}
+		got, err := GatewayDialURL(in)
+		if err != nil || got != want {
+			t.Errorf("GatewayDialURL(%q) = %q, %v; want %q", in, got, err, want)
+		}
+		if again, err := GatewayDialURL(got); err != nil || again != got {
+			t.Errorf("GatewayDialURL not idempotent on %q: %q, %v", got, again, err)
+		}
+	}
+	bad := []string{
+		"", "ws://", "ws:///x", "ws://:80", "ws://h:", "ws://h:0", "ws://h:65536", "ws://h:123456", "ws://h:8a",
+		"WS://h", "http://h", "ws:/h", "ws://user@h", "ws://[::1]:80", "ws://h/#frag", "ws://h/a b", "ws://h/\"",
+		"ws://h/\\", "ws://h/\x7f", "ws://h_x", "ws://" + strings.Repeat("a", 196),
+		"ws://h/" + strings.Repeat("p", 194),
+	}
+	for _, in := range bad {
+		if err := ValidateGatewayURL(in); err == nil {
+			t.Errorf("ValidateGatewayURL(%q) accepted", in)
+		}
+		if _, err := GatewayDialURL(in); err == nil {
+			t.Errorf("GatewayDialURL(%q) accepted", in)
+		}
+	}
+	// Valid as reported, but one byte too long once the path "/" is added.
+	if _, err := GatewayDialURL("ws://" + strings.Repeat("a", 195)); err == nil {
+		t.Error("GatewayDialURL accepted a 201-byte base")
+	}
+	for _, in := range []string{"wss://gateway.discord.gg", "WSS://gateway.discord.gg/?v=10"} {
+		if err := ValidateGatewayURL(in); !errors.Is(err, ErrWSSUnsupported) {
+			t.Errorf("ValidateGatewayURL(%q) = %v, want ErrWSSUnsupported", in, err)
+		}
+	}
+}
+
+func TestValidateSessionID(t *testing.T) {
+	for _, ok := range []string{"a", "9b2c0e6f1d6a4c7e8f0a1b2c3d4e5f60", strings.Repeat("~", 64), "!#$%&'()*+,-./:;<=>?@[]^_`{|}"} {
+		if err := ValidateSessionID(ok); err != nil {
+			t.Errorf("ValidateSessionID(%q): %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", strings.Repeat("a", 65), "a b", `a"b`, `a\b`, "a\x00", "caf\xc3\xa9", "a\x7f"} {
+		if err := ValidateSessionID(bad); err == nil {
+			t.Errorf("ValidateSessionID(%q) accepted", bad)
+		}
+	}
+}
+
+// TestCheckinResponseJSON pins the response's wire names and that the
+// Gateway fields are left out when absent (the kernel's JSON reader sees
+// the same document as before).
+func TestCheckinResponseJSON(t *testing.T) {
+	bare, _ := json.Marshal(CheckinResponse{Assigned: []uint32{}, Pending: []uint32{}})
+	for _, k := range []string{"gateway_url", "bot_token", "intents", "resume"} {
+		if strings.Contains(string(bare), k) {
+			t.Errorf("empty %s not left out: %s", k, bare)
+		}
+	}
+	full, _ := json.Marshal(CheckinResponse{Assigned: []uint32{4}, Pending: []uint32{}, GatewayURL: "ws://h/?v=10&encoding=json",
+		BotToken: "tok", Intents: 513, Resume: []ResumeState{{ShardID: 4, SessionID: "s1", Seq: 7, ResumeURL: "ws://h/resume?v=10&encoding=json"}}})
+	want := `"gateway_url":"ws://h/?v=10\u0026encoding=json","bot_token":"tok","intents":513,"resume":[{"shard_id":4,"session_id":"s1","seq":7,"resume_url":"ws://h/resume?v=10\u0026encoding=json"}]}`
+	if !strings.HasSuffix(string(full), want) {
+		t.Errorf("response JSON\n%s\nwant suffix\n%s", full, want)
+	}
 }
