@@ -60,10 +60,11 @@ type Config struct {
 // Server is the dashboard. Mount it with Register and run its live-update
 // loop with Run.
 type Server struct {
-	cfg  Config
-	log  *slog.Logger
-	sess sessions
-	hub  *hub
+	cfg   Config
+	log   *slog.Logger
+	sess  sessions
+	links loginLinks
+	hub   *hub
 }
 
 // New returns a dashboard for cfg.
@@ -95,6 +96,7 @@ func (s *Server) Register(mux *http.ServeMux) {
 		static.ServeHTTP(w, r)
 	}))
 	mux.HandleFunc("GET /login", s.loginForm)
+	s.registerLoginLinks(mux)
 	mux.HandleFunc("POST /login", s.login)
 	mux.HandleFunc("POST /logout", s.authed(s.logout))
 	mux.HandleFunc("GET /{$}", s.authed(s.fleet))

@@ -25,6 +25,9 @@ type Page struct {
 	// Flash is a one-line confirmation of the last action; Error a
 	// readable error shown at the top of the page.
 	Flash, Error string
+	// Refresh, when set, is a same-site path the page moves on to at once
+	// (meta refresh; used after a one-time login link).
+	Refresh string
 }
 
 // NavItem is one entry of the navigation bar.
