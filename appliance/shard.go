@@ -49,6 +49,7 @@ const (
 	FlagSeqValid     uint32 = 1 << 2 // Sequence is meaningful
 	FlagIdentified   uint32 = 1 << 3 // Identify sent on this connection
 	FlagLeaseStopped uint32 = 1 << 4 // stopped because the node's lease lapsed
+	FlagPending      uint32 = 1 << 5 // assigned, but the previous owner has not released it
 )
 
 // Runtime constants from the seeds.

@@ -48,6 +48,9 @@ text_start:
 %include "drivers/e1000.inc"
 %include "drivers/virtio_net.inc"
 %include "net/net.inc"
+%include "net/http.inc"		; HTTP/1.1 client
+%include "lib/json.inc"		; JSON reader and writer
+%include "node/checkin.inc"		; the check-in loop and the lease
 %include "shard/shard.inc"
 %include "shard/route.inc"
 %include "selftest/selftest.inc"
