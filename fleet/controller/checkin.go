@@ -77,10 +77,17 @@ func (c *Controller) Checkin(ctx context.Context, req *appliance.CheckinRequest,
 		c.stage.status[n] = struct{}{}
 	}
 
+	if len(c.handoffs) > 0 && len(req.Shards) > 0 {
+		c.settleHandoffsLocked(n, req.Shards)
+	}
 	// Acknowledgement: the node runs nothing outside this generation's
 	// range, so it no longer holds the rest.
 	if req.Generation == c.gen && req.Generation != 0 {
 		n.ackedGen = req.Generation
+		// The statuses in this check-in are the node's last word on the
+		// shards it releases now: a resumable session among them goes to
+		// the shard's next holder (resume hand-off).
+		c.recordHandoffsLocked(t, n, req.Shards)
 		c.releaseOutsideLocked(n)
 	}
 	c.maybeRebalanceLocked(t)
@@ -96,6 +103,7 @@ func (c *Controller) Checkin(ctx context.Context, req *appliance.CheckinRequest,
 		LeaseSeconds:   uint32(c.cfg.Lease / time.Second),
 		MaxConcurrency: c.cfg.MaxConcurrency,
 	}
+	c.gatewayFieldsLocked(&resp)
 	grew := false
 	for s := n.plan.Start; s < n.plan.Start+n.plan.Count; s++ {
 		resp.Assigned = append(resp.Assigned, s)
@@ -107,6 +115,14 @@ func (c *Controller) Checkin(ctx context.Context, req *appliance.CheckinRequest,
 			grew = true
 		default:
 			resp.Pending = append(resp.Pending, s)
+			continue
+		}
+		// Startable here: a session its previous holder released
+		// resumably is this node's, and only this node's, to Resume.
+		if len(c.handoffs) > 0 {
+			if rs, ok := c.resumeForLocked(t, s); ok {
+				resp.Resume = append(resp.Resume, rs)
+			}
 		}
 	}
 	next := c.cfg.Lease / 3

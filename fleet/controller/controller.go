@@ -65,6 +65,13 @@ const (
 	EventNodeAdded        = "node_added"
 	EventControllerStart  = "controller_start"
 	EventBudgetConfigured = "budget_set"
+	// EventResumeHandoff: a node released a shard with a resumable session,
+	// now on offer to the shard's next holder.
+	EventResumeHandoff = "resume_handoff"
+	// EventGatewayShards: GET /gateway/bot recommends another shard count.
+	EventGatewayShards = "gateway_shards"
+	// EventGatewayConcurrency: max_concurrency changed (GET /gateway/bot).
+	EventGatewayConcurrency = "max_concurrency_set"
 )
 
 // Errors.
@@ -97,6 +104,9 @@ type Config struct {
 	RebalanceEvery time.Duration
 	SessionBudget  int // daily session starts when the store has none
 	SessionReserve int // session starts kept back from Identify grants
+	// ResumeTTL is how long a resume hand-off is offered to the shard's
+	// next holder (DefaultResumeTTL; 1s..10m).
+	ResumeTTL time.Duration
 }
 
 func (c *Config) fill() error {
@@ -118,6 +128,9 @@ func (c *Config) fill() error {
 	if c.SessionBudget == 0 {
 		c.SessionBudget = DefaultSessionBudget
 	}
+	if c.ResumeTTL == 0 {
+		c.ResumeTTL = DefaultResumeTTL
+	}
 	switch {
 	case c.TotalShards > appliance.MaxTotalShards:
 		return fmt.Errorf("%w: total_shards %d out of range 1..%d", ErrConfig, c.TotalShards, appliance.MaxTotalShards)
@@ -131,6 +144,8 @@ func (c *Config) fill() error {
 		return fmt.Errorf("%w: session_budget %d must be positive", ErrConfig, c.SessionBudget)
 	case c.SessionReserve < 0 || c.SessionReserve >= c.SessionBudget:
 		return fmt.Errorf("%w: session_reserve %d out of range 0..%d", ErrConfig, c.SessionReserve, c.SessionBudget-1)
+	case c.ResumeTTL < time.Second || c.ResumeTTL > 10*time.Minute:
+		return fmt.Errorf("%w: resume_ttl %v out of range 1s..10m", ErrConfig, c.ResumeTTL)
 	}
 	return nil
 }
@@ -180,6 +195,8 @@ type Controller struct {
 	budget        store.Budget
 	stage         stage
 	genSeq        uint64 // stage sequence of the current generation
+	gw            gatewayState
+	handoffs      map[uint32]*handoff // per shard: a resumable session on offer (in memory only)
 
 	onLive func(nodeID, addr string) // see OnNodeLive; guarded by mu
 
@@ -301,8 +318,13 @@ func New(ctx context.Context, st *store.Store, cfg Config, now func() time.Time,
 	return c, nil
 }
 
-// Config returns the controller's effective configuration.
-func (c *Controller) Config() Config { return c.cfg }
+// Config returns the controller's effective configuration (MaxConcurrency
+// follows GET /gateway/bot when the Gateway API is set).
+func (c *Controller) Config() Config {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cfg
+}
 
 // HashCredential returns the stored form of a node credential (SHA-256;
 // credentials are 256-bit random, so no slow hash is needed).
@@ -440,6 +462,7 @@ func (c *Controller) sweepLocked(t time.Time) {
 // expireLocked takes n out of the live set; the caller removes it from c.live.
 func (c *Controller) expireLocked(t time.Time, n *node) {
 	n.live = false
+	c.dropHandoffsLocked(n)
 	for _, s := range n.held {
 		if c.holder[s] == n {
 			c.holder[s] = nil
@@ -524,6 +547,9 @@ func (c *Controller) Tick() {
 	c.mu.Lock()
 	c.sweepLocked(t)
 	c.maybeRebalanceLocked(t)
+	if len(c.handoffs) > 0 {
+		c.pruneHandoffsLocked(t)
+	}
 	c.mu.Unlock()
 }
 

@@ -115,7 +115,7 @@ const identifyScanLimit = 20000
 // It does not flush: the store is at most one flush period behind, and a
 // dashboard must not queue behind the controller's batched writes.
 func (c *Controller) IdentifyActivity(ctx context.Context, since time.Time) ([]BucketActivity, error) {
-	out := make([]BucketActivity, c.cfg.MaxConcurrency)
+	out := make([]BucketActivity, c.Config().MaxConcurrency)
 	for i := range out {
 		out[i].Bucket = uint32(i)
 	}
@@ -150,7 +150,7 @@ func (c *Controller) IdentifyActivity(ctx context.Context, since time.Time) ([]B
 				if !shard.Valid {
 					continue
 				}
-				b := appliance.IdentifyBucket(uint32(shard.Int64), c.cfg.MaxConcurrency)
+				b := appliance.IdentifyBucket(uint32(shard.Int64), uint32(len(out)))
 				if kind == EventIdentifyGranted {
 					out[b].Granted++
 				} else {

@@ -99,11 +99,8 @@ func (c *Controller) SetBudget(ctx context.Context, total, remaining int, resetA
 	}
 	t := c.now()
 	c.mu.Lock()
-	c.budget = store.Budget{Total: total, Remaining: remaining, ResetAt: t.Add(resetAfter)}
-	c.stage.budget = true
-	c.eventLocked(t, EventBudgetConfigured, "", nil, fmt.Sprintf("total %d remaining %d reset_after %v", total, remaining, resetAfter))
-	c.stage.seq++
-	seq := c.stage.seq
+	c.gw.budgetTotalSet = total
+	seq := c.setBudgetLocked(t, total, remaining, resetAfter, true)
 	c.mu.Unlock()
 	return c.waitDurable(ctx, seq)
 }

@@ -24,16 +24,29 @@ type simNode struct {
 	joined      bool
 	crashed     bool
 	partitioned bool
-	running     map[uint32]bool // shards with a live Gateway connection
-	identified  map[uint32]bool // shards whose session has started
+	running     map[uint32]bool       // shards with a live Gateway connection
+	identified  map[uint32]bool       // shards whose session has started
+	sessions    map[uint32]simSession // the session of each identified shard
+	// final holds the sessions of shards stopped because they left the
+	// assignment, closed resumably; reported until an answer's generation
+	// equals the generation the check-in reported.
+	final       map[uint32]simSession
 	gen         uint64
 	deadline    time.Time
 	nextCheckin time.Time
 }
 
+// simSession is a Gateway session as a node knows it.
+type simSession struct {
+	id  string
+	seq uint32
+}
+
 func (n *simNode) stopAll() {
 	clear(n.running)
 	clear(n.identified)
+	clear(n.sessions)
+	clear(n.final)
 }
 
 type grant struct {
@@ -48,7 +61,11 @@ type grant struct {
 // runs on two nodes, that every running shard is one the controller counts
 // as held by that node, that no Identify bucket got two grants within the
 // window, and finally that every shard is owned and running once
-// membership has been stable for two lease periods.
+// membership has been stable for two lease periods. Nodes carry Gateway
+// sessions: a shard moved by the plan is closed resumably and its session
+// reported; the check is that a resume hand-off only ever reaches a node
+// that may start the shard, for a session no node has open, never
+// beyond the session's last sequence, and that moves do resume.
 func TestSimulation(t *testing.T) {
 	seed := uint64(1)
 	if s := os.Getenv("DPXE_SIM_SEED"); s != "" {
@@ -88,14 +105,30 @@ func runSimulation(t *testing.T, seed uint64, size simSize) {
 	sim := make([]*simNode, nodes)
 	for i := range sim {
 		sim[i] = &simNode{id: fmt.Sprintf("n%03d", i), capacity: 1 + rng.IntN(size.maxCap), joined: i < nodes*3/4,
-			running: map[uint32]bool{}, identified: map[uint32]bool{}}
+			running: map[uint32]bool{}, identified: map[uint32]bool{}, sessions: map[uint32]simSession{}, final: map[uint32]simSession{}}
 		h.add(sim[i].id)
 	}
 	lastGrant := map[uint32]grant{}
 	grants, restarts, checkins, lost := 0, 0, 0, 0
+	// The Gateway's side: which node has each session open, and each
+	// session's latest sequence.
+	open := map[string]string{}
+	dseq := map[string]uint32{}
+	lastOpen := map[string]string{} // the node that last had each session open
+	resumes, stale, sessionNo := 0, 0, 0
+	stopAll := func(n *simNode) {
+		for _, ss := range n.sessions {
+			delete(open, ss.id)
+		}
+		n.stopAll()
+	}
 
 	checkin := func(n *simNode, now time.Time) {
 		req := appliance.CheckinRequest{NodeID: n.id, Capacity: n.capacity, Generation: n.gen}
+		for s, ss := range n.final {
+			req.Shards = append(req.Shards, appliance.ShardStatus{ID: s, State: appliance.ShardAssigned, SeqValid: true,
+				CloseCode: 4200, SessionID: ss.id, Seq: ss.seq, ResumeURL: "ws://gw/resume"})
+		}
 		for s := range n.running {
 			req.Shards = append(req.Shards, appliance.ShardStatus{ID: s, State: appliance.ShardReady})
 		}
@@ -129,9 +162,53 @@ func runSimulation(t *testing.T, seed uint64, size simSize) {
 		}
 		for s := range n.running {
 			if !assigned[s] {
+				// Closed with a non-1000 code: the session stays
+				// resumable, and the node reports it.
+				if ss, ok := n.sessions[s]; ok {
+					delete(open, ss.id)
+					n.final[s] = ss
+				}
 				delete(n.running, s)
 				delete(n.identified, s)
+				delete(n.sessions, s)
 			}
+		}
+		if resp.Generation == req.Generation {
+			clear(n.final)
+		}
+		for s := range n.final {
+			if _, back := assigned[s]; back {
+				delete(n.final, s)
+			}
+		}
+		for _, rs := range resp.Resume {
+			if ok, in := assigned[rs.ShardID]; !in || !ok {
+				t.Fatalf("seed %d: hand-off of shard %d to %s, which may not start it (%v)", seed, rs.ShardID, n.id, resp.Assigned)
+			}
+			if n.running[rs.ShardID] {
+				continue // already running: the node ignores it
+			}
+			if other, live := open[rs.SessionID]; live {
+				t.Fatalf("seed %d: shard %d: %s would resume session %s still open on %s", seed, rs.ShardID, n.id, rs.SessionID, other)
+			}
+			// Never beyond the session's last sequence (events would be
+			// lost). An older one replays events twice; it happens only
+			// when the node that advanced the session stopped it without
+			// reporting it (its own lease ran out), and gets it back.
+			switch d := dseq[rs.SessionID]; {
+			case rs.Seq > d:
+				t.Fatalf("seed %d: hand-off of shard %d to %s at seq %d, beyond the session's %d", seed, rs.ShardID, n.id, rs.Seq, d)
+			case rs.Seq < d && lastOpen[rs.SessionID] != n.id:
+				t.Fatalf("seed %d: hand-off of shard %d to %s at seq %d, the session is at %d on %s", seed, rs.ShardID, n.id, rs.Seq, d, lastOpen[rs.SessionID])
+			case rs.Seq < d:
+				stale++
+			}
+			n.running[rs.ShardID] = true
+			n.identified[rs.ShardID] = true
+			n.sessions[rs.ShardID] = simSession{rs.SessionID, dseq[rs.SessionID]} // replayed up to date
+			open[rs.SessionID] = n.id
+			lastOpen[rs.SessionID] = n.id
+			resumes++
 		}
 		for s, ok := range assigned {
 			if ok {
@@ -163,6 +240,12 @@ func runSimulation(t *testing.T, seed uint64, size simSize) {
 			}
 			lastGrant[b] = grant{now, n.id, s}
 			n.identified[s] = true
+			sessionNo++
+			ss := simSession{id: fmt.Sprintf("sess%d", sessionNo)}
+			n.sessions[s] = ss
+			open[ss.id] = n.id
+			lastOpen[ss.id] = n.id
+			dseq[ss.id] = 0
 			grants++
 		}
 	}
@@ -183,6 +266,14 @@ func runSimulation(t *testing.T, seed uint64, size simSize) {
 					t.Fatalf("seed %d step %d: shard %d runs on %s but the controller's owner is %q", seed, stepNo, s, n.id, owners[s])
 				}
 			}
+			for s, ss := range n.sessions {
+				if !n.running[s] || open[ss.id] != n.id {
+					t.Fatalf("seed %d step %d: %s's session %s of shard %d is not its open connection", seed, stepNo, n.id, ss.id, s)
+				}
+			}
+		}
+		if len(open) > len(runner) {
+			t.Fatalf("seed %d step %d: %d open sessions for %d running shards", seed, stepNo, len(open), len(runner))
 		}
 	}
 
@@ -192,7 +283,12 @@ func runSimulation(t *testing.T, seed uint64, size simSize) {
 			now := h.clock.Now()
 			for _, n := range sim {
 				if n.joined && !n.crashed && !n.deadline.IsZero() && !now.Before(n.deadline) {
-					n.stopAll() // node-side lease safety
+					stopAll(n) // node-side lease safety
+				}
+				for s, ss := range n.sessions { // one dispatch per step
+					ss.seq++
+					n.sessions[s] = ss
+					dseq[ss.id] = ss.seq
 				}
 			}
 			for e := 0; chaos && e < 3; e++ {
@@ -202,7 +298,7 @@ func runSimulation(t *testing.T, seed uint64, size simSize) {
 					n.joined = true
 				case r < 50 && n.joined && !n.crashed:
 					n.crashed = true
-					n.stopAll()
+					stopAll(n)
 					n.gen, n.deadline = 0, time.Time{}
 				case r < 80 && n.crashed:
 					n.crashed = false
@@ -273,9 +369,9 @@ func runSimulation(t *testing.T, seed uint64, size simSize) {
 	}
 	// Identify is paced at mc grants per window, so big fleets cannot
 	// identify every shard within the run; ask for a fair number.
-	if restarts == 0 || grants < min(int(total), 200) {
-		t.Fatalf("seed %d: simulation too tame: %d restarts, %d grants", seed, restarts, grants)
+	if restarts == 0 || grants < min(int(total), 200) || resumes == 0 {
+		t.Fatalf("seed %d: simulation too tame: %d restarts, %d grants, %d resumes", seed, restarts, grants, resumes)
 	}
-	t.Logf("seed %d: %d check-ins (%d answers lost), %d Identify grants, %d controller restarts, generation %d",
-		seed, checkins, lost, grants, restarts, h.c.Plan().Generation)
+	t.Logf("seed %d: %d check-ins (%d answers lost), %d Identify grants, %d hand-off resumes (%d at an older sequence), %d controller restarts, generation %d",
+		seed, checkins, lost, grants, resumes, stale, restarts, h.c.Plan().Generation)
 }
