@@ -1,6 +1,7 @@
 // Package api is the controller's HTTP API (docs/api.md): node check-in and
 // Identify claims authenticated by per-node credentials, and the operator's
-// endpoints (inventory, drain, plan, routing, events, budget) authenticated
+// endpoints (inventory, drain, plan, routing, events, budget, Gateway
+// settings) authenticated
 // by the admin token. Handlers mount on a caller's *http.ServeMux, so the
 // netboot services and the dashboard can share the listener.
 package api
@@ -81,6 +82,7 @@ func (s *Server) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/events", s.admin(s.events))
 	mux.HandleFunc("GET /v1/budget", s.admin(s.budget))
 	mux.HandleFunc("PUT /v1/budget", s.admin(s.setBudget))
+	mux.HandleFunc("GET /v1/gateway", s.admin(s.gateway))
 }
 
 // HashToken returns the stored form of a bearer token.
@@ -181,7 +183,11 @@ type errorBody struct {
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	// No HTML escaping: the kernel's small JSON reader then never meets a
+	// \u escape ("&" in gateway_url stays "&").
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
 }
 
 func writeError(w http.ResponseWriter, status int, field, msg string) {
@@ -474,4 +480,11 @@ func (s *Server) setBudget(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, s.c.Budget())
+}
+
+// gateway answers GET /v1/gateway: the Gateway settings nodes receive (the
+// token only as token_set), where the URL came from, and the state of
+// GET /gateway/bot.
+func (s *Server) gateway(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.c.Gateway())
 }
