@@ -178,8 +178,12 @@ func TCPSegmentDigest(seed uint32) uint64 {
 }
 
 // TCPTestBytes is how many bytes the kernel's tcptest= client receives
-// before it closes the connection.
+// on each connection before it closes it.
 const TCPTestBytes = 65536
+
+// TCPTestConns is how many connections the kernel's tcptest= client opens
+// at once (TCPT_CONNS in kernel/net/tcp_app.inc).
+const TCPTestConns = 4
 
 // ErrTCPTest means a tcptest= value is not A.B.C.D:PORT.
 var ErrTCPTest = errors.New("tcptest must be A.B.C.D:PORT (octets 0-255 and port 1-65535 without leading zeros)")

@@ -63,9 +63,10 @@ func TestKernelTCPSelfTest(t *testing.T) {
 	}
 }
 
-// tcpTestServer is what the namespace's TCP server saw of the kernel's
-// tcptest= connection.
+// tcpTestServer is what the namespace's TCP server saw of one of the
+// kernel's tcptest= connections.
 type tcpTestServer struct {
+	port   int   // the kernel's local port
 	mss    int   // TCP_MAXSEG of the accepted socket: the SYN's MSS option
 	extra  int   // bytes the kernel sent (none expected)
 	eofErr error // nil when the kernel's FIN ended the stream cleanly
@@ -101,9 +102,11 @@ func listenInNetns(nsName, addr string) (net.Listener, error) {
 }
 
 // TestKernelTCP boots a node with a static address and
-// tcptest=SERVER:PORT in a namespace: it must connect to a Go server there
-// with an MSS option of 1460 in its SYN, receive 64 KiB whose FNV-1a it
-// prints (compared with appliance.TCPTestDigest), close with a FIN the
+// tcptest=SERVER:PORT in a namespace: it must open appliance.TCPTestConns
+// connections at once to a Go server there, each from its own port with
+// an MSS option of 1460 in its SYN; receive 64 KiB on each (a different
+// payload per connection) and print each FNV-1a, which must match the
+// payloads one to one (appliance.TCPTestDigest); close each with a FIN the
 // server reads as a clean end of stream, and reach TIME_WAIT.
 func TestKernelTCP(t *testing.T) {
 	if err := netns.Available(); err != nil {
@@ -131,33 +134,45 @@ func runTCPNode(t *testing.T, netIndex int) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	payload := make([]byte, appliance.TCPTestBytes)
-	rng := rand.New(rand.NewPCG(7, 9))
-	for i := range payload {
-		payload[i] = byte(rng.Uint32())
+	// One payload per connection, in accept order; the kernel's report
+	// lines name its own connection numbers, so hashes are matched as a set.
+	payloads := make([][]byte, appliance.TCPTestConns)
+	want := map[uint32]int{}
+	for i := range payloads {
+		payloads[i] = make([]byte, appliance.TCPTestBytes)
+		rng := rand.New(rand.NewPCG(7, uint64(9+i)))
+		for j := range payloads[i] {
+			payloads[i][j] = byte(rng.Uint32())
+		}
+		want[appliance.TCPTestDigest(payloads[i])] = i
 	}
-	served := make(chan tcpTestServer, 1)
+	served := make(chan tcpTestServer, appliance.TCPTestConns)
 	go func() {
-		var s tcpTestServer
-		defer func() { served <- s }()
 		ln.(*net.TCPListener).SetDeadline(time.Now().Add(20 * time.Second))
-		c, err := ln.Accept()
-		if err != nil {
-			s.err = err
-			return
+		for i := range payloads {
+			c, err := ln.Accept()
+			if err != nil {
+				served <- tcpTestServer{err: err}
+				continue
+			}
+			go func(c net.Conn, payload []byte) {
+				var s tcpTestServer
+				defer func() { served <- s }()
+				defer c.Close()
+				s.port = c.RemoteAddr().(*net.TCPAddr).Port
+				c.SetDeadline(time.Now().Add(20 * time.Second))
+				raw, _ := c.(*net.TCPConn).SyscallConn()
+				raw.Control(func(fd uintptr) {
+					s.mss, _ = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_MAXSEG)
+				})
+				if _, err := c.Write(payload); err != nil {
+					s.err = err
+					return
+				}
+				rest, err := io.ReadAll(c)
+				s.extra, s.eofErr = len(rest), err
+			}(c, payloads[i])
 		}
-		defer c.Close()
-		c.SetDeadline(time.Now().Add(20 * time.Second))
-		raw, _ := c.(*net.TCPConn).SyscallConn()
-		raw.Control(func(fd uintptr) {
-			s.mss, _ = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_MAXSEG)
-		})
-		if _, err := c.Write(payload); err != nil {
-			s.err = err
-			return
-		}
-		rest, err := io.ReadAll(c)
-		s.extra, s.eofErr = len(rest), err
 	}()
 
 	cfg := appliance.BootConfig{NodeID: "tcp-test", StaticIP: subnet + ".50/24," + subnet + ".1", TCPTest: subnet + ".1:9000"}
@@ -196,40 +211,62 @@ func runTCPNode(t *testing.T, netIndex int) {
 		}
 	}()
 
-	got := serial.waitFor(regexp.MustCompile(`tcptest: received (\d+) bytes fnv1a=([0-9a-f]{16}) in (\d+) ms`), 20*time.Second)
-	if got == nil {
-		t.Fatal("the node did not report receiving the payload")
+	if serial.waitFor(regexp.MustCompile(`tcptest: done `), 20*time.Second) == nil {
+		t.Fatal("the node did not finish its connections")
 	}
-	if got[1] != strconv.Itoa(appliance.TCPTestBytes) {
-		t.Errorf("received %s bytes, want %d", got[1], appliance.TCPTestBytes)
+	out := serial.String()
+	received := regexp.MustCompile(`tcptest: conn (\d+) received (\d+) bytes fnv1a=([0-9a-f]{16}) in (\d+) ms`).FindAllStringSubmatch(out, -1)
+	if len(received) != appliance.TCPTestConns {
+		t.Errorf("%d connections reported their payload, want %d", len(received), appliance.TCPTestConns)
 	}
-	if h, _ := strconv.ParseUint(got[2], 16, 64); h != uint64(appliance.TCPTestDigest(payload)) {
-		t.Errorf("kernel fnv1a %s, Go %08x", got[2], appliance.TCPTestDigest(payload))
+	slowest := 0
+	for _, m := range received {
+		if m[2] != strconv.Itoa(appliance.TCPTestBytes) {
+			t.Errorf("conn %s received %s bytes, want %d", m[1], m[2], appliance.TCPTestBytes)
+		}
+		h, _ := strconv.ParseUint(m[3], 16, 64)
+		if _, ok := want[uint32(h)]; !ok {
+			t.Errorf("conn %s fnv1a %s matches no payload (or one already matched)", m[1], m[3])
+		}
+		delete(want, uint32(h))
+		ms, _ := strconv.Atoi(m[4])
+		slowest = max(slowest, ms)
 	}
-	ms, _ := strconv.Atoi(got[3])
-	t.Logf("64 KiB received in %d ms (%.1f MB/s)", ms, float64(appliance.TCPTestBytes)/1e3/float64(max(ms, 1)))
-	if serial.waitFor(regexp.MustCompile(`tcptest: closed cleanly, state 8 `), 10*time.Second) == nil {
-		t.Error("the node did not reach TIME_WAIT after closing")
+	total := appliance.TCPTestConns * appliance.TCPTestBytes
+	t.Logf("%d x 64 KiB received in %d ms (%.1f MB/s)", appliance.TCPTestConns, slowest, float64(total)/1e3/float64(max(slowest, 1)))
+	if n := len(regexp.MustCompile(`tcptest: conn \d+ closed cleanly, state 8 `).FindAllString(out, -1)); n != appliance.TCPTestConns {
+		t.Errorf("%d connections reached TIME_WAIT after closing, want %d", n, appliance.TCPTestConns)
 	}
-	for _, line := range strings.Split(serial.String(), "\n") {
+	for _, line := range strings.Split(out, "\n") {
 		if strings.HasPrefix(line, "tcptest:") {
 			t.Log(strings.TrimSpace(line))
 		}
 	}
-	var s tcpTestServer
-	select {
-	case s = <-served:
-	case <-ctx.Done():
-		t.Fatal("the server did not finish")
-	}
-	if s.err != nil {
-		t.Fatalf("server: %v", s.err)
-	}
-	t.Logf("server: TCP_MAXSEG %d, %d bytes after the payload, end of stream %v", s.mss, s.extra, s.eofErr)
-	if s.mss != 1460 {
-		t.Errorf("server's TCP_MAXSEG %d, want 1460 (the SYN's MSS option)", s.mss)
-	}
-	if s.eofErr != nil || s.extra != 0 {
-		t.Errorf("server's read after the payload: %d bytes, %v; want a clean FIN", s.extra, s.eofErr)
+	ports := map[int]bool{}
+	for range appliance.TCPTestConns {
+		var s tcpTestServer
+		select {
+		case s = <-served:
+		case <-ctx.Done():
+			t.Fatal("the server did not finish")
+		}
+		if s.err != nil {
+			t.Errorf("server: %v", s.err)
+			continue
+		}
+		t.Logf("server: port %d, TCP_MAXSEG %d, %d bytes after the payload, end of stream %v", s.port, s.mss, s.extra, s.eofErr)
+		if ports[s.port] {
+			t.Errorf("two connections from port %d", s.port)
+		}
+		ports[s.port] = true
+		if s.port < 49152 {
+			t.Errorf("port %d outside the dynamic range 49152-65535", s.port)
+		}
+		if s.mss != 1460 {
+			t.Errorf("server's TCP_MAXSEG %d, want 1460 (the SYN's MSS option)", s.mss)
+		}
+		if s.eofErr != nil || s.extra != 0 {
+			t.Errorf("server's read after the payload: %d bytes, %v; want a clean FIN", s.extra, s.eofErr)
+		}
 	}
 }
