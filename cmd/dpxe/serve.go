@@ -69,6 +69,12 @@ type serveConfig struct {
 	SessionReserve int      `json:"session_reserve"`
 	// RotateAdminToken replaces the admin token at start (flag only).
 	RotateAdminToken bool `json:"-"`
+	// The Gateway settings nodes receive (serve_gateway.go).
+	gatewayConfig
+	// totalFixed and mcFixed say the operator gave total_shards or
+	// max_concurrency (flag or file); otherwise GET /gateway/bot may set
+	// them.
+	totalFixed, mcFixed bool
 }
 
 func defaultServeConfig() serveConfig {
@@ -81,6 +87,8 @@ func defaultServeConfig() serveConfig {
 		IdentifyWindow: duration(controller.DefaultIdentifyWindow),
 		SessionBudget:  controller.DefaultSessionBudget,
 		SessionReserve: controller.DefaultSessionReserve,
+		gatewayConfig: gatewayConfig{Intents: controller.DefaultIntents,
+			GatewayRefresh: duration(controller.DefaultGatewayRefresh), ResumeTTL: duration(controller.DefaultResumeTTL)},
 	}
 }
 
@@ -98,6 +106,12 @@ func loadServeConfig(path string, cfg *serveConfig) error {
 	if err := dec.Decode(cfg); err != nil {
 		return fmt.Errorf("config %s: %w", path, err)
 	}
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(b, &keys); err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	_, cfg.totalFixed = keys["total_shards"]
+	_, cfg.mcFixed = keys["max_concurrency"]
 	return nil
 }
 
@@ -147,8 +161,10 @@ func parseServeFlags(args []string) (serveConfig, error) {
 			cfg.AdminTokenFile = flags.AdminTokenFile
 		case "total-shards":
 			cfg.TotalShards = uint32(min(total, 1<<32-1))
+			cfg.totalFixed = true
 		case "max-concurrency":
 			cfg.MaxConcurrency = uint32(min(mc, 1<<32-1))
+			cfg.mcFixed = true
 		case "lease":
 			cfg.Lease = duration(lease)
 		case "identify-window":
@@ -164,7 +180,14 @@ func parseServeFlags(args []string) (serveConfig, error) {
 	}
 	cfg.RotateAdminToken = *rotate
 	if cfg.TotalShards == 0 || cfg.MaxConcurrency == 0 {
-		err = fmt.Errorf("%w: total-shards and max-concurrency must be at least 1", errUsage)
+		return cfg, fmt.Errorf("%w: total-shards and max-concurrency must be at least 1", errUsage)
+	}
+	for _, p := range serveParts {
+		if p.apply != nil {
+			if err := p.apply(fs, &cfg); err != nil {
+				return cfg, err
+			}
+		}
 	}
 	return cfg, err
 }
@@ -172,7 +195,7 @@ func parseServeFlags(args []string) (serveConfig, error) {
 func (c serveConfig) controllerConfig() controller.Config {
 	return controller.Config{TotalShards: c.TotalShards, MaxConcurrency: c.MaxConcurrency,
 		Lease: time.Duration(c.Lease), IdentifyWindow: time.Duration(c.IdentifyWindow),
-		SessionBudget: c.SessionBudget, SessionReserve: c.SessionReserve}
+		SessionBudget: c.SessionBudget, SessionReserve: c.SessionReserve, ResumeTTL: time.Duration(c.ResumeTTL)}
 }
 
 // fleetApp is the assembled fleet manager: one store, one controller, one
@@ -185,15 +208,21 @@ type fleetApp struct {
 	// adminHash is the stored hash of the operator token (for parts that
 	// log operators in, such as the dashboard).
 	adminHash [32]byte
+	// gateway is what the Gateway part attaches with; nil without
+	// Gateway settings.
+	gateway *gatewayBoot
 }
 
 // servePart is an optional piece of `dpxe serve` that lives in its own file
-// (serve_web.go, serve_netboot.go) and registers itself from init: it adds
-// its flags, then attaches to the assembled fleet. The run function it
-// returns, if any, runs until ctx ends; its error stops the server.
+// (serve_web.go, serve_netboot.go, serve_gateway.go) and registers itself
+// from init: it adds its flags, may lay them over the parsed config
+// (apply, after --config is read), then attaches to the assembled fleet.
+// The run function it returns, if any, runs until ctx ends; its error
+// stops the server.
 type servePart struct {
 	name   string
 	flags  func(fs *flag.FlagSet)
+	apply  func(fs *flag.FlagSet, cfg *serveConfig) error
 	attach func(ctx context.Context, app *fleetApp, log *slog.Logger) (run func(ctx context.Context) error, err error)
 }
 
@@ -202,15 +231,25 @@ var serveParts []servePart
 // registerServePart adds a part; parts attach in registration order.
 func registerServePart(p servePart) { serveParts = append(serveParts, p) }
 
-// buildFleet opens the store, loads the controller, makes sure an admin
-// token exists, and mounts the API on a new mux.
+// buildFleet opens the store, prepares the Gateway settings (which may
+// fetch the shard count from Discord), loads the controller, makes sure an
+// admin token exists, and mounts the API on a new mux.
 func buildFleet(ctx context.Context, cfg serveConfig, log *slog.Logger) (*fleetApp, error) {
 	st, err := store.Open(ctx, cfg.DB)
 	if err != nil {
 		return nil, err
 	}
-	ctrl, err := controller.New(ctx, st, cfg.controllerConfig(), time.Now, log.With("part", "controller"))
+	gw, err := prepareGateway(ctx, &cfg, st, log.With("part", "gateway"))
 	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	ctrl, err := newGatewayController(ctx, st, &cfg, gw, log.With("part", "controller"))
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	if err := finishGateway(ctx, ctrl, gw); err != nil {
 		st.Close()
 		return nil, err
 	}
@@ -226,7 +265,7 @@ func buildFleet(ctx context.Context, cfg serveConfig, log *slog.Logger) (*fleetA
 	}
 	mux := http.NewServeMux()
 	api.New(ctrl, hash, log.With("part", "api")).Register(mux)
-	return &fleetApp{store: st, controller: ctrl, mux: mux, cfg: cfg, adminHash: hash}, nil
+	return &fleetApp{store: st, controller: ctrl, mux: mux, cfg: cfg, adminHash: hash, gateway: gw}, nil
 }
 
 // attachParts attaches every registered part and returns their run functions.
@@ -286,8 +325,9 @@ func runServe(ctx context.Context, args []string) error {
 			partsDone <- struct{}{}
 		}()
 	}
-	log.Info("listening", "addr", ln.Addr().String(), "db", cfg.DB, "total_shards", cfg.TotalShards,
-		"max_concurrency", cfg.MaxConcurrency, "lease", time.Duration(cfg.Lease))
+	eff := app.controller.Config()
+	log.Info("listening", "addr", ln.Addr().String(), "db", cfg.DB, "total_shards", eff.TotalShards,
+		"max_concurrency", eff.MaxConcurrency, "lease", eff.Lease)
 
 	select {
 	case <-ctx.Done():
