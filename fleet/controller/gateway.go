@@ -140,7 +140,9 @@ type GatewayBot struct {
 	} `json:"session_start_limit"`
 }
 
-// Validate checks an answer before the controller uses any of it.
+// Validate checks an answer's numbers before the controller uses any of
+// it. The URL is checked on its own (ApplyGatewayBot): a wss:// URL, which
+// nodes cannot dial yet, does not spoil the rest.
 func (g *GatewayBot) Validate() error {
 	l := g.SessionStartLimit
 	switch {
@@ -153,9 +155,6 @@ func (g *GatewayBot) Validate() error {
 	case l.ResetAfter < 0 || time.Duration(l.ResetAfter)*time.Millisecond > budgetPeriod:
 		return fmt.Errorf("session_start_limit.reset_after %d ms out of range 0..%d", l.ResetAfter, budgetPeriod.Milliseconds())
 	}
-	if _, err := appliance.GatewayDialURL(g.URL); err != nil {
-		return fmt.Errorf("url: %w", err)
-	}
 	return nil
 }
 
@@ -165,19 +164,29 @@ func (g *GatewayBot) Validate() error {
 // value), and its session_start_limit the daily budget. Its shard count
 // is only reported: the plan's total is fixed for the process's life (see
 // docs/protocol.md, "Gateway settings"). An answer that fails Validate
-// changes nothing and is returned as an error.
+// changes nothing and is returned as an error. A URL nodes cannot dial
+// (wss:// until the kernel has TLS) is not handed out: the last good one
+// stays, and the reason shows in the log and in Gateway().LastError.
 func (c *Controller) ApplyGatewayBot(ctx context.Context, g GatewayBot) error {
 	if err := g.Validate(); err != nil {
 		c.GatewayFetchFailed(err)
 		return err
 	}
-	dial, _ := appliance.GatewayDialURL(g.URL)
+	dial, uerr := appliance.GatewayDialURL(g.URL)
 	t := c.now()
 	l := g.SessionStartLimit
 	c.mu.Lock()
 	gw := &c.gw
 	gw.fetchedAt, gw.failures, gw.shards, gw.discordMC = t, 0, g.Shards, uint32(l.MaxConcurrency)
-	if !gw.fixedURL && gw.url != dial {
+	switch {
+	case gw.fixedURL:
+	case uerr != nil:
+		msg := fmt.Sprintf("GET /gateway/bot url %q not handed to nodes: %v", clipText(g.URL, 100), uerr)
+		if msg != gw.lastError {
+			c.log.Warn("gateway URL from /gateway/bot not usable by nodes; keeping the last good one", "url", clipText(g.URL, 100), "err", uerr)
+		}
+		gw.lastError, gw.lastErrorAt = msg, t
+	case gw.url != dial:
 		c.log.Info("gateway URL from /gateway/bot", "url", dial)
 		gw.url = dial
 	}

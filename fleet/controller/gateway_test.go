@@ -298,9 +298,15 @@ func TestApplyGatewayBot(t *testing.T) {
 	if h.c.Budget().Remaining != 989 {
 		t.Fatal("grant did not take from Discord's budget")
 	}
+	// A wss:// URL (real Discord) is not handed out; the rest is used.
+	if err := h.c.ApplyGatewayBot(ctx, gatewayBot("wss://gateway.discord.gg", 8, 1000, 985, 2, 3_600_000)); err != nil {
+		t.Fatal(err)
+	}
+	if v := h.c.Gateway(); v.URL != "ws://127.0.0.1:9000/?v=10&encoding=json" || !strings.Contains(v.LastError, "TLS") || h.c.Budget().Remaining != 985 {
+		t.Fatalf("after a wss answer: %+v", v)
+	}
 	// Bad answers change nothing and are recorded.
 	for _, g := range []GatewayBot{
-		gatewayBot("wss://gateway.discord.gg", 8, 1000, 990, 2, 0),
 		gatewayBot("ws://h", 0, 1000, 990, 2, 0),
 		gatewayBot("ws://h", 8, 1000, 1001, 2, 0),
 		gatewayBot("ws://h", 8, 1000, 990, 0, 0),
@@ -311,7 +317,7 @@ func TestApplyGatewayBot(t *testing.T) {
 		}
 	}
 	v := h.c.Gateway()
-	if v.Failures != 5 || v.LastError == "" || v.URL != "ws://127.0.0.1:9000/?v=10&encoding=json" || v.MaxConcurrency != 2 || v.URLSource != "gateway_bot" {
+	if v.Failures != 4 || v.LastError == "" || v.URL != "ws://127.0.0.1:9000/?v=10&encoding=json" || v.MaxConcurrency != 2 || v.URLSource != "gateway_bot" {
 		t.Fatalf("view after bad answers: %+v", v)
 	}
 	// A different recommended shard count is reported, not applied.
