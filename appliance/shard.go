@@ -66,7 +66,7 @@ type Session struct {
 	Valid     uint32    `kernel:"valid"`
 	IDLen     uint32    `kernel:"id_len"`
 	ID        [64]byte  `kernel:"id"`
-	ResumeURL [128]byte `kernel:"resume_url"`
+	ResumeURL [224]byte `kernel:"resume_url"`
 }
 
 // ShardContext mirrors the kernel's struc SHARD field for field; the field
