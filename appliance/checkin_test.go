@@ -264,3 +264,29 @@ func TestCheckinResponseJSON(t *testing.T) {
 		t.Errorf("response JSON\n%s\nwant suffix\n%s", full, want)
 	}
 }
+
+// FuzzGatewayDialURL checks that every URL GatewayDialURL returns obeys
+// the grammar, fits MaxDialURLLen, carries the Gateway query and maps to
+// itself.
+func FuzzGatewayDialURL(f *testing.F) {
+	for _, s := range []string{"ws://127.0.0.1:9000", "ws://h/resume?x=1", "wss://gateway.discord.gg", "ws://h:0", "ws://a@b/", "ws://h/#f"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, u string) {
+		d, err := GatewayDialURL(u)
+		if err != nil {
+			return
+		}
+		if len(d) > MaxDialURLLen || !strings.HasSuffix(d, "?"+GatewayQuery) || validateGatewayURL(d, MaxDialURLLen) != nil {
+			t.Fatalf("GatewayDialURL(%q) = %q", u, d)
+		}
+		if again, err := GatewayDialURL(d); err != nil || again != d {
+			t.Fatalf("not idempotent: %q -> %q, %v", d, again, err)
+		}
+		if ValidateGatewayURL(u) == nil && len(u) <= MaxGatewayURLLen-1 && !strings.Contains(u, "?") && strings.Count(u, "/") == 2 {
+			if d != u+"/?"+GatewayQuery {
+				t.Fatalf("%q -> %q", u, d)
+			}
+		}
+	})
+}
