@@ -81,13 +81,15 @@ func (c *Controller) Checkin(ctx context.Context, req *appliance.CheckinRequest,
 		c.settleHandoffsLocked(n, req.Shards)
 	}
 	// Acknowledgement: the node runs nothing outside this generation's
-	// range, so it no longer holds the rest.
-	if req.Generation == c.gen && req.Generation != 0 {
+	// range, so it no longer holds the rest. The statuses it reports for
+	// those shards are its last word on them: a resumable session among
+	// them goes to the shard's next holder (resume hand-off).
+	ack := req.Generation == c.gen && req.Generation != 0
+	if ack || len(req.Shards) > 0 {
+		c.recordHandoffsLocked(t, n, req.Shards, ack)
+	}
+	if ack {
 		n.ackedGen = req.Generation
-		// The statuses in this check-in are the node's last word on the
-		// shards it releases now: a resumable session among them goes to
-		// the shard's next holder (resume hand-off).
-		c.recordHandoffsLocked(t, n, req.Shards)
 		c.releaseOutsideLocked(n)
 	}
 	c.maybeRebalanceLocked(t)

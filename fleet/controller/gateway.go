@@ -307,12 +307,18 @@ func resumable(s *appliance.ShardStatus) (appliance.ResumeState, bool) {
 	return appliance.ResumeState{ShardID: s.ID, SessionID: s.SessionID, Seq: s.Seq, ResumeURL: dial}, true
 }
 
-// recordHandoffsLocked runs when n's check-in acknowledges the current
-// generation, just before the shards n holds outside its range are
-// released. For each of them, the status n reports in this very check-in
-// decides: a resumable session is recorded for the next holder; anything
-// else drops an older record, whose session n may have advanced or closed.
-func (c *Controller) recordHandoffsLocked(t time.Time, n *node, reported []appliance.ShardStatus) {
+// recordHandoffsLocked looks at the shards n holds outside its range (it
+// is releasing them) and the statuses n reports for them in this check-in.
+// A resumable session is recorded for the shard's next holder when ack
+// (this check-in acknowledges the current generation, so it releases those
+// shards and n has stopped them) or when the status says the shard is
+// stopped (ASSIGNED): a node may report its released sessions in a
+// check-in that acknowledges an older generation. On the acknowledging
+// check-in, a shard without a resumable status keeps only a record n made
+// itself; any other record is dropped, since n may have resumed and
+// advanced or closed that session. Nothing is offered while n still
+// holds the shard.
+func (c *Controller) recordHandoffsLocked(t time.Time, n *node, reported []appliance.ShardStatus, ack bool) {
 	for _, s := range n.held {
 		if n.plan.Contains(s) {
 			continue
@@ -326,14 +332,18 @@ func (c *Controller) recordHandoffsLocked(t time.Time, n *node, reported []appli
 		}
 		var rs appliance.ResumeState
 		ok := false
-		if st != nil {
+		if st != nil && (ack || st.State == appliance.ShardAssigned) {
 			rs, ok = resumable(st)
 		}
+		old := c.handoffs[s]
 		if !ok {
-			if _, had := c.handoffs[s]; had {
+			if ack && old != nil && (old.from != n || st != nil) {
 				delete(c.handoffs, s)
 			}
 			continue
+		}
+		if old != nil && old.from == n && old.state == rs {
+			continue // the same last word again: keep its time
 		}
 		if c.handoffs == nil {
 			c.handoffs = map[uint32]*handoff{}

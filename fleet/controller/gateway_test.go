@@ -143,6 +143,28 @@ func TestResumeHandoffOnlyAtRelease(t *testing.T) {
 	}
 }
 
+// A node may report its released sessions once, in a check-in that still
+// acknowledges an older generation (the answer's generation moved on):
+// the record waits for the release, and the release check-in, which no
+// longer carries the statuses, keeps it.
+func TestResumeHandoffReportedBeforeRelease(t *testing.T) {
+	h := newHarness(t, Config{TotalShards: 4})
+	gen := drainSetup(t, h)
+	// a reports gen-1 with shard 0 stopped and shard 1 still running.
+	h.checkinWith("a", 4, gen-1, released(0, "s0", 5), appliance.ShardStatus{ID: 1, State: appliance.ShardReady, SessionID: "s1", SeqValid: true, Seq: 9, ResumeURL: "ws://h/"})
+	if rb := h.checkin("b", 4, gen); len(rb.Resume) != 0 || len(rb.Pending) != 4 {
+		t.Fatalf("offered before the release: %+v", rb)
+	}
+	if v := h.c.Gateway(); v.Handoffs != 1 {
+		t.Fatalf("a running shard's session recorded: %d", v.Handoffs)
+	}
+	h.checkin("a", 4, gen) // the release, without statuses
+	rb := h.checkin("b", 4, gen)
+	if got := resumeOf(rb); len(got) != 1 || got[0].SessionID != "s0" || got[0].Seq != 5 {
+		t.Fatalf("b: %+v", rb.Resume)
+	}
+}
+
 func TestResumeHandoffTTL(t *testing.T) {
 	h := newHarness(t, Config{TotalShards: 4, ResumeTTL: 30 * time.Second})
 	gen := drainSetup(t, h)

@@ -31,6 +31,7 @@ type simNode struct {
 	// assignment, closed resumably; reported until an answer's generation
 	// equals the generation the check-in reported.
 	final       map[uint32]simSession
+	once        bool // reports a released session in one check-in only
 	gen         uint64
 	deadline    time.Time
 	nextCheckin time.Time
@@ -105,7 +106,8 @@ func runSimulation(t *testing.T, seed uint64, size simSize) {
 	sim := make([]*simNode, nodes)
 	for i := range sim {
 		sim[i] = &simNode{id: fmt.Sprintf("n%03d", i), capacity: 1 + rng.IntN(size.maxCap), joined: i < nodes*3/4,
-			running: map[uint32]bool{}, identified: map[uint32]bool{}, sessions: map[uint32]simSession{}, final: map[uint32]simSession{}}
+			running: map[uint32]bool{}, identified: map[uint32]bool{}, sessions: map[uint32]simSession{}, final: map[uint32]simSession{},
+			once: i%2 == 1}
 		h.add(sim[i].id)
 	}
 	lastGrant := map[uint32]grant{}
@@ -160,6 +162,11 @@ func runSimulation(t *testing.T, seed uint64, size simSize) {
 		for _, s := range resp.Pending {
 			assigned[s] = false
 		}
+		// Odd nodes report a released session once, as the kernel does;
+		// even ones until an answer's generation equals the one reported.
+		if resp.Generation == req.Generation || n.once {
+			clear(n.final)
+		}
 		for s := range n.running {
 			if !assigned[s] {
 				// Closed with a non-1000 code: the session stays
@@ -172,9 +179,6 @@ func runSimulation(t *testing.T, seed uint64, size simSize) {
 				delete(n.identified, s)
 				delete(n.sessions, s)
 			}
-		}
-		if resp.Generation == req.Generation {
-			clear(n.final)
 		}
 		for s := range n.final {
 			if _, back := assigned[s]; back {
