@@ -297,3 +297,149 @@ func TestKernelGatewayTwoShards(t *testing.T) {
 		t.Errorf("emulator violations: %+v", v)
 	}
 }
+
+// shardSession is the emulator's live (connected) session of a shard.
+func (l *gwLab) shardSession(shard int) (gatewayemu.SessionInfo, bool) {
+	for _, ses := range l.emu.Sessions() {
+		if ses.Shard[0] == shard && ses.State == gatewayemu.SessionConnected {
+			return ses, true
+		}
+	}
+	return gatewayemu.SessionInfo{}, false
+}
+
+// identifiesOf counts accepted Identifies of a shard.
+func (l *gwLab) identifiesOf(shard int) int {
+	n := 0
+	for _, r := range l.emu.Identifies() {
+		if r.Shard != nil && r.Shard[0] == shard && r.Session != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// TestKernelGatewayFaults injects one fault at a time into one shard of a
+// four-shard node and checks the kernel's answer while the other shards
+// keep their connections: op 7 -> Resume; op 9 false -> a claimed
+// Identify; a TCP drop -> BACKOFF then Resume; stopped ACKs -> zombie ->
+// Resume; close 4004 -> FATAL.
+func TestKernelGatewayFaults(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	l := newGWLab(t, ctx, "10.80.0", gatewayemu.Options{HeartbeatInterval: time.Second, Shards: 4, MaxConcurrency: 4},
+		"--total-shards", "4", "--lease", "15s")
+	n := l.boot("gw-faults", "virtio-net-pci", 4)
+	l.awaitEmu(60*time.Second, "four READY shards", func(s gatewayemu.State) bool {
+		m := readySessions(s, 1)
+		return m[0] == 1 && m[1] == 1 && m[2] == 1 && m[3] == 1
+	})
+
+	// untouched returns a check that the shards other than target kept
+	// their sessions and connections.
+	untouched := func(target int) func() {
+		before := map[int]gatewayemu.SessionInfo{}
+		for s := 0; s < 4; s++ {
+			if s != target {
+				before[s], _ = l.shardSession(s)
+			}
+		}
+		return func() {
+			t.Helper()
+			for s, b := range before {
+				a, ok := l.shardSession(s)
+				if !ok || a.ID != b.ID || a.Conn != b.Conn {
+					t.Errorf("shard %d was disturbed by a fault on shard %d: before %+v after %+v", s, target, b, a)
+				}
+			}
+		}
+	}
+	inject := func(f gatewayemu.Fault) {
+		t.Helper()
+		if _, err := l.emu.Inject(f); err != nil {
+			t.Fatalf("inject %+v: %v", f, err)
+		}
+	}
+	shard := func(i int) *int { return &i }
+	// expectResume runs fault on target and waits until the same session
+	// is attached again by a Resume, with no new Identify.
+	expectResume := func(target int, what string, fault func()) {
+		t.Helper()
+		old, ok := l.shardSession(target)
+		if !ok {
+			t.Fatalf("%s: shard %d has no live session", what, target)
+		}
+		ids := l.identifiesOf(target)
+		check := untouched(target)
+		fault()
+		l.awaitEmu(40*time.Second, what+": the same session resumed", func(gatewayemu.State) bool {
+			s, ok := l.shardSession(target)
+			return ok && s.ID == old.ID && s.Resumes > old.Resumes
+		})
+		if got := l.identifiesOf(target); got != ids {
+			t.Errorf("%s: shard %d identified again (%d -> %d) instead of resuming", what, target, ids, got)
+		}
+		check()
+		t.Logf("%s: shard %d resumed session %s", what, target, old.ID)
+	}
+
+	expectResume(0, "op 7", func() { inject(gatewayemu.Fault{Kind: gatewayemu.FaultReconnect, Shard: shard(0)}) })
+	expectResume(3, "TCP drop", func() { inject(gatewayemu.Fault{Kind: gatewayemu.FaultDrop, Shard: shard(3)}) })
+	if n.serial.waitFor(regexp.MustCompile(`shard 3: connection lost: phase \d+ tcp \d+ close`), 5*time.Second) == nil {
+		t.Error("no console line logging shard 3's lost connection before its reset")
+	}
+	expectResume(2, "stopped ACKs", func() { inject(gatewayemu.Fault{Kind: gatewayemu.FaultStopAck, Shard: shard(2)}) })
+	inject(gatewayemu.Fault{Kind: gatewayemu.FaultResumeAck, Shard: shard(2)})
+	if n.serial.waitFor(regexp.MustCompile(`shard 2: zombie connection`), 5*time.Second) == nil {
+		t.Error("no zombie line for shard 2")
+	}
+
+	// op 9 false: the session is over; a fresh Identify, through a claim.
+	old1, _ := l.shardSession(1)
+	ids1 := l.identifiesOf(1)
+	check := untouched(1)
+	inject(gatewayemu.Fault{Kind: gatewayemu.FaultInvalidSession, Shard: shard(1), Resumable: false})
+	l.awaitEmu(40*time.Second, "op 9 false: a new session", func(gatewayemu.State) bool {
+		s, ok := l.shardSession(1)
+		return ok && s.ID != old1.ID
+	})
+	if got := l.identifiesOf(1); got != ids1+1 {
+		t.Errorf("op 9 false: %d Identifies of shard 1, want %d", got, ids1+1)
+	}
+	check()
+
+	// close 4004: FATAL, never retried; the others run on.
+	check = untouched(0)
+	ids0 := l.identifiesOf(0)
+	inject(gatewayemu.Fault{Kind: gatewayemu.FaultClose, Shard: shard(0), Code: 4004})
+	if n.serial.waitFor(regexp.MustCompile(`shard 0: FATAL: close code 4004 is not retryable`), 10*time.Second) == nil {
+		t.Fatal("shard 0 did not go FATAL on 4004")
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		d, err := l.nodeDetail("gw-faults")
+		states := map[uint32]appliance.ShardState{}
+		for _, s := range d.Shards {
+			states[s.ID] = s.State
+		}
+		if err == nil && states[0] == appliance.ShardFatal && states[1] == appliance.ShardReady &&
+			states[2] == appliance.ShardReady && states[3] == appliance.ShardReady && d.FatalShards == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("controller view after 4004: %+v (%v)", d.Shards, err)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	time.Sleep(7 * time.Second) // longer than the backoff: a retry would show now
+	if got := l.identifiesOf(0); got != ids0 {
+		t.Errorf("the FATAL shard identified again (%d -> %d)", ids0, got)
+	}
+	if _, ok := l.shardSession(0); ok {
+		t.Error("the FATAL shard has a live session")
+	}
+	check()
+	for _, v := range l.emu.Violations() {
+		t.Errorf("emulator violation: %+v", v)
+	}
+}
