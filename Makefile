@@ -5,6 +5,14 @@ DEPS    := tools/scripts/deps.sh
 # Go test timeout for the whole suite; CI gives make test 30 minutes.
 TEST_TIMEOUT ?= 25m
 
+# `make run` options (docs/lab.md): nodes to PXE-boot, total shards, Discord's
+# max_concurrency, and the nodes' firmware (bios: SeaBIOS + e1000, uefi:
+# OVMF + virtio-net, mixed: both).
+NODES           ?= 3
+SHARDS          ?= 16
+MAX_CONCURRENCY ?= 1
+FIRMWARE        ?= mixed
+
 .PHONY: all build image test test-scale bench run check fmt clean deps-build deps-test deps-bench
 
 all: image
@@ -44,9 +52,15 @@ test-scale: deps-test image
 bench: deps-bench image
 	DPXE_OUT=$(abspath $(OUT)) DPXE_BENCH=1 $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./...
 
-# The main job on embedded defaults.
-run: deps-test image
-	tools/scripts/run.sh
+# The whole system live on this machine: a lab network namespace, the Gateway
+# emulator, dpxe serve (dashboard on http://127.0.0.1:8080) and NODES QEMU
+# nodes that PXE-boot the kernel. Ctrl-C tears it all down. See docs/lab.md.
+# Without root the QEMU packages may not install; the lab then says what is
+# missing and simulates the nodes instead of failing here.
+run: deps-build image
+	@$(DEPS) build test || echo "make run: could not install the lab's packages (above); continuing, the lab says what is missing"
+	NODES=$(NODES) SHARDS=$(SHARDS) MAX_CONCURRENCY=$(MAX_CONCURRENCY) FIRMWARE=$(FIRMWARE) \
+		tools/scripts/run.sh
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

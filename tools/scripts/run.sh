@@ -1,68 +1,36 @@
 #!/usr/bin/env bash
-# run.sh -- `make run`: the main job on embedded defaults.
+# run.sh -- `make run`: the whole Discord-PXE system live on one machine.
 #
-# Starts `dpxe serve` on 127.0.0.1:8080 with its SQLite inventory in ./var,
-# then boots one shard-kernel node in QEMU with its serial console on this
-# terminal. Ctrl-C stops the node and the server; nothing else is touched.
-# (The full lab -- a network namespace, netbooted QEMU nodes and the Gateway
-# emulator -- arrives with issue 10; see the README.)
+# Builds bin/dpxe, bin/gateway-emulator and bin/dpxe-lab, then runs the lab
+# (tools/lab, docs/lab.md): a network namespace with a bridge, the Gateway
+# emulator and `dpxe serve` (authoritative DHCP, TFTP, HTTP boot, API,
+# dashboard) inside it, the dashboard relayed to the host's 127.0.0.1:8080,
+# and NODES QEMU machines that PXE-boot the shard kernel. Without root,
+# /dev/net/tun or QEMU it says what is missing and runs simulated nodes
+# over HTTP instead. Ctrl-C removes everything the lab created; a lab that
+# crashed is cleaned up by the next run.
+#
+# Options (make variables or environment): NODES, SHARDS, MAX_CONCURRENCY,
+# FIRMWARE=bios|uefi|mixed, LISTEN, GATEWAY_LISTEN, SIMULATE=1.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-OUT=${OUT:-out}
+NODES=${NODES:-3}
+SHARDS=${SHARDS:-16}
+MAX_CONCURRENCY=${MAX_CONCURRENCY:-1}
+FIRMWARE=${FIRMWARE:-mixed}
 LISTEN=${LISTEN:-127.0.0.1:8080}
-NODE=${NODE:-demo-1}
-FIRMWARE=${FIRMWARE:-bios}
+GATEWAY_LISTEN=${GATEWAY_LISTEN:-127.0.0.1:7878}
 
-mkdir -p var bin
+mkdir -p bin var
 go build -o bin/dpxe ./cmd/dpxe
+go build -o bin/gateway-emulator ./tools/cmd/gateway-emulator
+go build -o bin/dpxe-lab ./tools/lab/cmd/dpxe-lab
 
-serve_pid=""
-cleanup() {
-  if [ -n "$serve_pid" ] && kill -0 "$serve_pid" 2>/dev/null; then
-    kill -TERM "$serve_pid" 2>/dev/null || true
-    wait "$serve_pid" 2>/dev/null || true
-  fi
-}
-trap cleanup EXIT INT TERM
-
-bin/dpxe serve --db var/dpxe.db --listen "$LISTEN" >var/serve.log 2>&1 &
-serve_pid=$!
-for _ in $(seq 1 100); do
-  if curl -fsS "http://$LISTEN/healthz" >/dev/null 2>&1; then break; fi
-  if ! kill -0 "$serve_pid" 2>/dev/null; then
-    echo "run: dpxe serve exited; its log:" >&2
-    cat var/serve.log >&2
-    exit 1
-  fi
-  sleep 0.1
-done
-
-cat <<MSG
-
-  Discord-PXE is running.
-    fleet manager:  http://$LISTEN/   (API under /v1/, see docs/api.md)
-    admin token:    var/admin.token   (curl -H "Authorization: Bearer \$(cat var/admin.token)" http://$LISTEN/v1/nodes)
-    server log:     var/serve.log
-    inventory:      var/dpxe.db
-
-  Booting node "$NODE" in QEMU ($FIRMWARE firmware); its serial console follows.
-  Ctrl-C stops the node and the server.
-
-MSG
-
-# The guest reaches the host as 10.0.2.2 through QEMU's user network: the
-# kernel brings up its e1000, takes a DHCP lease and prints a status line
-# every 5 s. It does not check in yet (TCP arrives with the rest of issue 7).
-args=(-machine q35 -m 256 -display none -vga none -no-reboot -serial stdio -monitor none
-      -nic user,model=e1000 -kernel "$OUT/kernel.bin")
-cfg="node=$NODE controller=http://10.0.2.2:${LISTEN##*:}"
-if [ "$FIRMWARE" = uefi ]; then
-  cp /usr/share/OVMF/OVMF_VARS_4M.fd var/OVMF_VARS.fd
-  args+=(-drive if=pflash,format=raw,unit=0,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd
-         -drive if=pflash,format=raw,unit=1,file=var/OVMF_VARS.fd
-         -fw_cfg "name=opt/org.discord-pxe/config,string=$cfg")
-else
-  args+=(-append "$cfg")
+args=(-nodes "$NODES" -shards "$SHARDS" -max-concurrency "$MAX_CONCURRENCY" -firmware "$FIRMWARE"
+      -listen "$LISTEN" -gateway-listen "$GATEWAY_LISTEN")
+if [ "${SIMULATE:-0}" = 1 ]; then
+  args+=(-simulate)
 fi
-qemu-system-x86_64 "${args[@]}" || true
+# exec: Ctrl-C reaches the lab itself, which tears down in order.
+exec bin/dpxe-lab "${args[@]}"

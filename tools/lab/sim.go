@@ -1,0 +1,458 @@
+package lab
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/discord-pxe/dpxe/appliance"
+)
+
+// The simulated lab: `dpxe serve` on loopback without netboot, the Gateway
+// emulator on loopback, and nodes that are goroutines of the lab. Each
+// simulated node is created through the API (POST /v1/nodes, which returns
+// its credential), checks in with that credential as a kernel would
+// (POST /v1/checkin), applies its assignment, asks POST /v1/identify before
+// every Identify, and runs each shard as a real WebSocket session against
+// the emulator: Hello, Identify, READY, heartbeats. Resumes are not
+// simulated: a dropped session Identifies again after a backoff.
+
+// simCapacity is the shard slots a simulated node offers, as the kernel.
+const simCapacity = appliance.MaxShardsPerNode
+
+// startSimulated starts the simulated lab.
+func (l *Lab) startSimulated(ctx context.Context) error {
+	if l.Why != "" {
+		l.logf("the namespace lab cannot run here: %s", l.Why)
+		l.logf("falling back to simulated nodes: dpxe serve on loopback, nodes named %sN are Go programs checking in over HTTP", SimPrefix)
+	}
+	listen, err := freeHostAddr(l.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("lab: the dashboard's address %s: %w (another dpxe serve or lab? LISTEN=127.0.0.1:8081 picks another)", l.cfg.Listen, err)
+	}
+	gwListen, err := freeHostAddr(l.cfg.GatewayListen)
+	if err != nil {
+		return fmt.Errorf("lab: the Gateway emulator's address %s: %w", l.cfg.GatewayListen, err)
+	}
+	l.URL, l.GatewayURL = "http://"+listen, "http://"+gwListen
+	l.state.Listen = l.URL
+	botToken := randomToken()
+	if err := os.WriteFile(filepath.Join(l.cfg.Var, "bot.token"), []byte(botToken+"\n"), 0o600); err != nil {
+		return err
+	}
+	if _, err := l.startEmulator(ctx, nil, gwListen, botToken); err != nil {
+		return err
+	}
+	l.TokenFile = filepath.Join(l.cfg.Var, "admin.token")
+	serve, err := l.start("dpxe serve", "serve.log", nil, l.serveArgs(listen, l.GatewayURL+"/api/v10")...)
+	if err != nil {
+		return err
+	}
+	if err := waitHealthy(ctx, l.URL, serve, filepath.Join(l.cfg.Var, "serve.log")); err != nil {
+		return err
+	}
+	if err := l.loadAdmin(); err != nil {
+		return err
+	}
+	for i := 0; i < l.cfg.Nodes; i++ {
+		if _, err := l.AddNode(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// addSimNode creates sim-N at the controller and starts it.
+func (l *Lab) addSimNode(ctx context.Context, n int) (*Node, error) {
+	name := fmt.Sprintf("%s%d", SimPrefix, n)
+	var out struct {
+		Credential string `json:"credential"`
+	}
+	if err := l.admin.do(ctx, "POST", "/v1/nodes", map[string]string{"node_id": name}, &out); err != nil {
+		return nil, fmt.Errorf("creating %s: %w", name, err)
+	}
+	u, _ := url.Parse(l.GatewayURL)
+	gw := "ws://" + u.Host + "/?v=10&encoding=json"
+	tok, err := os.ReadFile(filepath.Join(l.cfg.Var, "bot.token"))
+	if err != nil {
+		return nil, err
+	}
+	s := &simNode{id: name, api: newClient(l.URL, out.Credential), gateway: gw, botToken: strings.TrimSpace(string(tok)),
+		shards: map[uint32]*simShard{}, done: make(chan struct{})}
+	sctx, cancel := context.WithCancel(l.runCtx)
+	s.cancel = cancel
+	go s.run(sctx)
+	node := &Node{Name: name, Firmware: "simulated", Started: time.Now()}
+	l.mu.Lock()
+	l.sims = append(l.sims, s)
+	l.nodes = append(l.nodes, node)
+	l.mu.Unlock()
+	l.logf("started simulated node %s", name)
+	return node, nil
+}
+
+// simNode is one simulated node.
+type simNode struct {
+	id       string
+	api      *client
+	gateway  string
+	botToken string
+	cancel   context.CancelFunc
+	done     chan struct{}
+
+	mu      sync.Mutex
+	shards  map[uint32]*simShard
+	total   uint32
+	applied uint64
+}
+
+// simShard is one shard session of a simulated node.
+type simShard struct {
+	mu     sync.Mutex
+	st     appliance.ShardStatus
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (s *simShard) set(f func(st *appliance.ShardStatus)) {
+	s.mu.Lock()
+	f(&s.st)
+	s.mu.Unlock()
+}
+
+func (s *simNode) stop() {
+	s.cancel()
+	<-s.done
+}
+
+// run checks in until ctx ends, then closes every session.
+func (s *simNode) run(ctx context.Context) {
+	defer close(s.done)
+	defer s.stopShards(nil)
+	wait := time.Duration(0)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		resp, err := s.checkin(ctx)
+		if err != nil {
+			wait = 2 * time.Second
+			continue
+		}
+		s.apply(ctx, resp)
+		wait = time.Duration(max(resp.NextCheckinMS, 200)) * time.Millisecond
+	}
+}
+
+// checkin sends the node's status and returns the controller's answer.
+func (s *simNode) checkin(ctx context.Context) (appliance.CheckinResponse, error) {
+	req := appliance.CheckinRequest{NodeID: s.id, Capacity: simCapacity}
+	s.mu.Lock()
+	req.Generation = s.applied
+	ids := make([]uint32, 0, len(s.shards))
+	for id := range s.shards {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	for _, id := range ids {
+		sh := s.shards[id]
+		sh.mu.Lock()
+		st := sh.st
+		sh.mu.Unlock()
+		switch st.State {
+		case appliance.ShardReady:
+			req.ReadyShards++
+		case appliance.ShardStarting:
+			req.StartingShards++
+		case appliance.ShardBackoff:
+			req.BackoffShards++
+		case appliance.ShardFatal:
+			req.FatalShards++
+		}
+		req.Shards = append(req.Shards, st)
+	}
+	s.mu.Unlock()
+	var resp appliance.CheckinResponse
+	err := s.api.do(ctx, "POST", "/v1/checkin", req, &resp)
+	return resp, err
+}
+
+// apply stops the shards the answer no longer assigns, starts the
+// assigned ones that are not pending, and records the generation as
+// applied (reported in the next check-in, which releases what it stopped).
+func (s *simNode) apply(ctx context.Context, resp appliance.CheckinResponse) {
+	keep := map[uint32]bool{}
+	for _, id := range resp.Assigned {
+		keep[id] = true
+	}
+	pending := map[uint32]bool{}
+	for _, id := range resp.Pending {
+		pending[id] = true
+	}
+	s.stopShards(keep)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.total = resp.TotalShards
+	for _, id := range resp.Assigned {
+		if pending[id] || s.shards[id] != nil {
+			continue
+		}
+		sctx, cancel := context.WithCancel(ctx)
+		sh := &simShard{st: appliance.ShardStatus{ID: id, State: appliance.ShardAssigned}, cancel: cancel, done: make(chan struct{})}
+		s.shards[id] = sh
+		go func() {
+			defer close(sh.done)
+			s.runShard(sctx, sh, id, resp.TotalShards)
+		}()
+	}
+	s.applied = resp.Generation
+}
+
+// stopShards ends every running shard not in keep (all when keep is nil)
+// and waits for their sessions to close.
+func (s *simNode) stopShards(keep map[uint32]bool) {
+	s.mu.Lock()
+	var stopping []*simShard
+	for id, sh := range s.shards {
+		if keep == nil || !keep[id] {
+			sh.cancel()
+			stopping = append(stopping, sh)
+			delete(s.shards, id)
+		}
+	}
+	s.mu.Unlock()
+	for _, sh := range stopping {
+		<-sh.done
+	}
+}
+
+// gatewayPayload is a Gateway frame.
+type gatewayPayload struct {
+	Op int             `json:"op"`
+	D  json.RawMessage `json:"d"`
+	S  *int64          `json:"s,omitempty"`
+	T  *string         `json:"t,omitempty"`
+}
+
+// runShard keeps one shard's session up until ctx ends.
+func (s *simNode) runShard(ctx context.Context, sh *simShard, id, total uint32) {
+	for ctx.Err() == nil {
+		err := s.session(ctx, sh, id, total)
+		if ctx.Err() != nil {
+			return
+		}
+		var ce websocket.CloseError
+		fatal := errors.As(err, &ce) && (ce.Code == 4004 || (ce.Code >= 4010 && ce.Code <= 4014))
+		sh.set(func(st *appliance.ShardStatus) {
+			st.Reconnects++
+			st.SeqValid = false
+			st.LastError = shortError(err)
+			if errors.As(err, &ce) {
+				st.CloseCode = uint16(ce.Code)
+			}
+			st.State = appliance.ShardBackoff
+			if fatal {
+				st.State = appliance.ShardFatal
+			}
+		})
+		if fatal {
+			<-ctx.Done()
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(5 * time.Second):
+		}
+	}
+}
+
+// shortError fits an error into ShardStatus.LastError (printable ASCII).
+func shortError(err error) string {
+	if err == nil {
+		return ""
+	}
+	b := []byte(err.Error())
+	for i, c := range b {
+		if c < 0x20 || c > 0x7e {
+			b[i] = '?'
+		}
+	}
+	if len(b) > appliance.MaxLastErrorLen {
+		b = b[:appliance.MaxLastErrorLen]
+	}
+	return string(b)
+}
+
+// claim asks the controller until it grants an Identify for the shard.
+func (s *simNode) claim(ctx context.Context, id uint32) error {
+	for {
+		var r appliance.IdentifyResponse
+		err := s.api.do(ctx, "POST", "/v1/identify", appliance.IdentifyRequest{NodeID: s.id, ShardID: id}, &r)
+		wait := time.Second
+		if err == nil && r.Granted {
+			return nil
+		}
+		if err == nil && r.RetryAfterMS > 0 {
+			wait = time.Duration(r.RetryAfterMS) * time.Millisecond
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+}
+
+// session runs one Gateway connection: Hello, a granted Identify, READY,
+// heartbeats. It returns when the connection ends or ctx ends (then it
+// closes with 1000, which ends the session at the Gateway).
+func (s *simNode) session(ctx context.Context, sh *simShard, id, total uint32) error {
+	sh.set(func(st *appliance.ShardStatus) { st.State = appliance.ShardStarting })
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	conn, _, err := websocket.Dial(dctx, s.gateway, nil)
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer conn.CloseNow()
+	conn.SetReadLimit(1 << 20)
+	var hello struct {
+		HeartbeatInterval int64 `json:"heartbeat_interval"`
+	}
+	p, err := readPayload(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if p.Op != 10 || json.Unmarshal(p.D, &hello) != nil || hello.HeartbeatInterval <= 0 {
+		return fmt.Errorf("expected Hello, got op %d", p.Op)
+	}
+	var wmu sync.Mutex
+	send := func(v any) error {
+		b, _ := json.Marshal(v)
+		wmu.Lock()
+		defer wmu.Unlock()
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		return conn.Write(wctx, websocket.MessageText, b)
+	}
+	var seqMu sync.Mutex
+	var seq *int64
+	acked := true
+	beat := func() error {
+		seqMu.Lock()
+		if !acked {
+			sh.set(func(st *appliance.ShardStatus) { st.HeartbeatMisses++ })
+		}
+		acked = false
+		d := seq
+		seqMu.Unlock()
+		return send(map[string]any{"op": 1, "d": d})
+	}
+	interval := time.Duration(hello.HeartbeatInterval) * time.Millisecond
+	hctx, stopBeats := context.WithCancel(ctx)
+	defer stopBeats()
+	go func() {
+		wait := time.Duration(rand.Float64() * float64(interval)) // first beat jittered, as Discord asks
+		for {
+			select {
+			case <-hctx.Done():
+				return
+			case <-time.After(wait):
+			}
+			if beat() != nil {
+				return
+			}
+			wait = interval
+		}
+	}()
+	readErr := make(chan error, 1)
+	go func() {
+		for {
+			p, err := readPayload(context.Background(), conn)
+			if err != nil {
+				readErr <- err
+				return
+			}
+			switch p.Op {
+			case 0:
+				seqMu.Lock()
+				if p.S != nil {
+					v := *p.S
+					seq = &v
+				}
+				seqMu.Unlock()
+				if p.T != nil && (*p.T == "READY" || *p.T == "RESUMED") {
+					sh.set(func(st *appliance.ShardStatus) {
+						st.State, st.SeqValid, st.LastError, st.CloseCode = appliance.ShardReady, true, "", 0
+					})
+				}
+			case 1:
+				beat()
+			case 11:
+				seqMu.Lock()
+				acked = true
+				seqMu.Unlock()
+				sh.set(func(st *appliance.ShardStatus) { st.HeartbeatAcks++ })
+			case 7:
+				readErr <- errors.New("op 7: reconnect requested")
+				return
+			case 9:
+				readErr <- errors.New("op 9: invalid session")
+				return
+			}
+		}
+	}()
+	// Heartbeats run from Hello on; the Identify waits for the
+	// controller's grant meanwhile.
+	identified := make(chan error, 1)
+	go func() {
+		if err := s.claim(hctx, id); err != nil {
+			identified <- err
+			return
+		}
+		identified <- send(map[string]any{"op": 2, "d": map[string]any{
+			"token":      s.botToken,
+			"intents":    labIntents,
+			"shard":      []uint32{id, total},
+			"properties": map[string]string{"os": "linux", "browser": "dpxe-lab", "device": "dpxe-lab"},
+		}})
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			conn.Close(websocket.StatusNormalClosure, "shard stopped")
+			return ctx.Err()
+		case err := <-identified:
+			if err != nil && ctx.Err() == nil {
+				conn.Close(websocket.StatusCode(4000), "reconnecting")
+				return err
+			}
+			continue
+		case err := <-readErr:
+			conn.Close(websocket.StatusCode(4000), "reconnecting")
+			return err
+		}
+	}
+}
+
+func readPayload(ctx context.Context, conn *websocket.Conn) (gatewayPayload, error) {
+	var p gatewayPayload
+	_, b, err := conn.Read(ctx)
+	if err != nil {
+		return p, err
+	}
+	return p, json.Unmarshal(b, &p)
+}
