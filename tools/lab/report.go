@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -50,11 +51,16 @@ func (r NodeReport) Has(stage string) bool {
 	return false
 }
 
-// Report is the lab's readiness: one entry per node.
+// Report is the lab's readiness: one entry per node, and the emulator's
+// record in short.
 type Report struct {
 	At    time.Time
 	Mode  string
 	Nodes []NodeReport
+	// Sessions is the number of connected sessions at the emulator.
+	Sessions int
+	// Violations counts the emulator's violations by kind.
+	Violations map[string]int
 }
 
 var (
@@ -78,6 +84,30 @@ func (l *Lab) Status(ctx context.Context) (Report, error) {
 		if machines, err = l.admin.machines(ctx); err != nil {
 			return rep, err
 		}
+	}
+	var emu struct {
+		Shards []struct {
+			Sessions []struct {
+				State string `json:"state"`
+			} `json:"sessions"`
+		} `json:"shards"`
+		Violations []struct {
+			Kind string `json:"kind"`
+		} `json:"violations"`
+	}
+	if err := newClient(l.GatewayURL, "").do(ctx, "GET", "/debug/state", nil, &emu); err != nil {
+		return rep, fmt.Errorf("the emulator's record: %w", err)
+	}
+	for _, s := range emu.Shards {
+		for _, sess := range s.Sessions {
+			if sess.State == "connected" {
+				rep.Sessions++
+			}
+		}
+	}
+	rep.Violations = map[string]int{}
+	for _, v := range emu.Violations {
+		rep.Violations[v.Kind]++
 	}
 	for _, n := range l.Nodes() {
 		r := NodeReport{Name: n.Name, MAC: n.MAC, Firmware: n.Firmware, Since: n.Started}
@@ -183,6 +213,22 @@ func (rep Report) Print(w io.Writer) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.Firmware, dash(r.Lease), r.timelineText(), kernel, checked, dash(r.Range), shards)
 	}
 	tw.Flush()
+	fmt.Fprintf(w, "Gateway emulator: %d sessions connected, %s\n", rep.Sessions, violationText(rep.Violations))
+}
+
+// violationText is "no violations" or "3 violations: bucket_out_of_order 3".
+func violationText(v map[string]int) string {
+	if len(v) == 0 {
+		return "no violations"
+	}
+	kinds := make([]string, 0, len(v))
+	total := 0
+	for k, n := range v {
+		kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
+		total += n
+	}
+	sort.Strings(kinds)
+	return fmt.Sprintf("%d violations: %s (see /debug/state)", total, strings.Join(kinds, ", "))
 }
 
 func dash(s string) string {

@@ -185,9 +185,8 @@ func serve(ctx context.Context, l *lab.Lab, started time.Time, runFor time.Durat
 		for _, n := range rep.Nodes {
 			if (n.KernelIP != "" || n.Banner) && !n.CheckedIn && time.Since(n.Since) > 90*time.Second && !warned[n.Name] {
 				warned[n.Name] = true
-				fmt.Printf("dpxe-lab: %s booted the kernel but has not checked in with the controller. The kernel's\n"+
-					"          check-in is being written (see the README's Status); its console: %s\n", n.Name,
-					rel(filepath.Join(cfg.Var, "nodes", n.Name, "console.log")))
+				fmt.Printf("dpxe-lab: %s booted the kernel 90 s ago and has not checked in with the controller;\n"+
+					"          its console says why: %s\n", n.Name, rel(filepath.Join(cfg.Var, "nodes", n.Name, "console.log")))
 			}
 		}
 	}
