@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"encoding/json"
+	"github.com/discord-pxe/dpxe/fleet/controller"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -105,7 +108,7 @@ func TestServeNetbootPXE(t *testing.T) {
 		Wrapper: ns.Wrapper(),
 		Timeout: 150 * time.Second,
 		Until: func(s string) bool {
-			return strings.Contains(s, want) || strings.Contains(s, "config error") || strings.Contains(s, "halted:")
+			return strings.Contains(s, "checkin: controller reachable") || strings.Contains(s, "config error") || strings.Contains(s, "halted:")
 		},
 	})
 	if err != nil {
@@ -114,7 +117,27 @@ func TestServeNetbootPXE(t *testing.T) {
 	if !strings.Contains(res.Serial, want) {
 		t.Fatalf("no %q on the node's console (stopped %v, timed out %v):\n%s", want, res.Stopped, res.TimedOut, res.Serial)
 	}
-	t.Logf("PXE boot to the kernel banner took %v", res.Elapsed.Round(time.Millisecond))
+	// The kernel's DHCP lease came from dpxe serve, and with the credential
+	// minted for this boot it checked in: the machine is a live node.
+	bound := regexp.MustCompile(`dhcp: bound (\S+)/24 gw \S+ server 10\.91\.0\.1 .* in (\d+) ms`).FindStringSubmatch(res.Serial)
+	if bound == nil || !strings.Contains(res.Serial, "checkin: controller reachable") {
+		t.Fatalf("the kernel did not get a lease from dpxe serve and check in:\n%s", res.Serial)
+	}
+	t.Logf("kernel DHCP lease %s in %s ms; PXE boot to the first answered check-in %v after QEMU start", bound[1], bound[2], res.Elapsed.Round(time.Millisecond))
+	nodes, err := ns.Run(ctx, bin, "nodes", "--json", "--server", server, "--token-file", token)
+	var list struct {
+		Nodes []controller.NodeView `json:"nodes"`
+	}
+	if err == nil {
+		err = json.Unmarshal([]byte(nodes), &list)
+	}
+	live := false
+	for _, n := range list.Nodes {
+		live = live || n.ID == nodeID && n.Live && n.Address == bound[1] && n.Capacity == 128
+	}
+	if !live {
+		t.Errorf("GET /v1/nodes does not list %s live at %s with capacity 128: %v\n%s", nodeID, bound[1], err, nodes)
+	}
 
 	// No secret in clear: the script's credential was minted for this boot.
 	sdb, err := sql.Open("sqlite3", "file:"+db+"?mode=ro")
