@@ -176,6 +176,32 @@ func checkLoginLink(t *testing.T, l *Lab, wantOnPage string) {
 	}
 }
 
+// allReady returns "" when every node is live with a non-empty range whose
+// shards are all READY (so a node that still reports shards it is handing
+// off does not count) and the ranges cover every shard with an empty
+// emulator record; otherwise what is missing.
+func allReady(rep Report, shards int) string {
+	covered := 0
+	for _, n := range rep.Nodes {
+		switch {
+		case !n.CheckedIn || !n.Live:
+			return n.Name + " is not live"
+		case n.RangeCount == 0:
+			return n.Name + " has no shards"
+		case n.Ready != n.RangeCount || n.Starting+n.Backoff+n.Fatal != 0:
+			return fmt.Sprintf("%s: %d/%d/%d/%d READY/STARTING/BACKOFF/FATAL for a range of %d", n.Name, n.Ready, n.Starting, n.Backoff, n.Fatal, n.RangeCount)
+		}
+		covered += n.RangeCount
+	}
+	if covered != shards {
+		return fmt.Sprintf("ranges cover %d of %d shards", covered, shards)
+	}
+	if rep.Sessions != shards {
+		return fmt.Sprintf("%d sessions connected at the emulator, want %d", rep.Sessions, shards)
+	}
+	return ""
+}
+
 // checkTornDown verifies that Stop left nothing behind.
 func checkTornDown(t *testing.T, l *Lab, pids []int, ns string) {
 	t.Helper()
@@ -232,17 +258,7 @@ func TestLabSimulated(t *testing.T) {
 		if err != nil {
 			return err.Error()
 		}
-		ready := 0
-		for _, n := range rep.Nodes {
-			if !n.CheckedIn || !n.Live {
-				return n.Name + " not live"
-			}
-			ready += n.Ready
-		}
-		if ready != cfg.Shards {
-			return fmt.Sprintf("%d of %d shards READY", ready, cfg.Shards)
-		}
-		return ""
+		return allReady(rep, cfg.Shards)
 	})
 	t.Logf("all %d shards READY %v after start", cfg.Shards, time.Since(start).Round(100*time.Millisecond))
 	st := readEmulator(t, l)
@@ -420,20 +436,12 @@ func TestLabNetns(t *testing.T) {
 		if err != nil {
 			return err.Error()
 		}
-		ready := 0
 		for _, n := range rep.Nodes {
-			if !n.Live || !n.Has("checkin") {
-				return n.Name + " has not checked in (see its console)"
+			if !n.Has("checkin") {
+				return n.Name + " has no checkin step on its boot timeline (see its console)"
 			}
-			if n.Range == "" {
-				return n.Name + " has no shards"
-			}
-			ready += n.Ready
 		}
-		if ready != cfg.Shards {
-			return fmt.Sprintf("%d of %d shards READY", ready, cfg.Shards)
-		}
-		return ""
+		return allReady(rep, cfg.Shards)
 	})
 	table.Reset()
 	rep.Print(&table)

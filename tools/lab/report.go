@@ -37,6 +37,8 @@ type NodeReport struct {
 	Backoff   int
 	Fatal     int
 	Range     string
+	// RangeCount is the number of shards in the node's range.
+	RangeCount int
 	// Exited is set when the node's QEMU is no longer running.
 	Exited string
 }
@@ -133,6 +135,7 @@ func (l *Lab) Status(ctx context.Context) (Report, error) {
 			r.Live = v.Live
 			r.CheckedIn = !v.FirstSeen.IsZero() || r.Has("checkin")
 			r.Ready, r.Starting, r.Backoff, r.Fatal = v.ReadyShards, v.StartingShards, v.BackoffShards, v.FatalShards
+			r.RangeCount = int(v.RangeCount)
 			if v.RangeCount > 0 {
 				r.Range = fmt.Sprintf("%d-%d", v.RangeStart, v.RangeStart+v.RangeCount-1)
 			}
