@@ -147,6 +147,10 @@ const (
 	ReasonNotOwner   IdentifyReason = "not_owner"   // the node is not the shard's live, non-pending owner
 	ReasonBucketBusy IdentifyReason = "bucket_busy" // the shard's bucket identified within the window
 	ReasonBudget     IdentifyReason = "budget"      // the daily session-start budget is down to its reserve
+	// ReasonOrder: a shard of an earlier start group (shard_id /
+	// max_concurrency smaller) has never identified, and Discord requires
+	// start groups to begin in order. Retry after retry_after_ms.
+	ReasonOrder IdentifyReason = "order"
 )
 
 // IdentifyResponse answers an Identify claim: Granted, or a Reason and

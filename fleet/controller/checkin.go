@@ -77,6 +77,7 @@ func (c *Controller) Checkin(ctx context.Context, req *appliance.CheckinRequest,
 		c.stage.status[n] = struct{}{}
 	}
 
+	c.noteReadyLocked(req.Shards)
 	if len(c.handoffs) > 0 && len(req.Shards) > 0 {
 		c.settleHandoffsLocked(n, req.Shards)
 	}

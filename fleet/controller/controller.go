@@ -192,6 +192,7 @@ type Controller struct {
 	graceUntil    time.Time // no rebalance before this (restart safety)
 	nextSweep     time.Time // earliest lease deadline of a live node
 	lastGrant     []time.Time
+	order         startOrder // which shards ever identified (start-group order)
 	budget        store.Budget
 	stage         stage
 	genSeq        uint64 // stage sequence of the current generation
@@ -295,6 +296,9 @@ func New(ctx context.Context, st *store.Store, cfg Config, now func() time.Time,
 	// twice within a window across a restart even if clocks disagree.
 	for i := range c.lastGrant {
 		c.lastGrant[i] = t
+	}
+	if err := c.loadStartOrder(ctx); err != nil {
+		return nil, fmt.Errorf("controller: load identify history: %w", err)
 	}
 	if b, ok, err := st.LoadBudget(ctx); err != nil {
 		return nil, fmt.Errorf("controller: load budget: %w", err)

@@ -3,6 +3,8 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/discord-pxe/dpxe/appliance"
@@ -11,9 +13,10 @@ import (
 
 // Identify answers a node's claim to send Identify for a shard (DESIGN §5).
 // It grants only to the shard's live, non-pending owner, at most once per
-// bucket (shard % max_concurrency) per IdentifyWindow fleet-wide, and only
-// while the daily session-start budget stays above its reserve. A grant is
-// durable before Identify returns it.
+// bucket (shard % max_concurrency) per IdentifyWindow fleet-wide, only
+// while the daily session-start budget stays above its reserve, and only
+// in start-group order (see orderBlockerLocked). A grant is durable before
+// Identify returns it.
 func (c *Controller) Identify(ctx context.Context, req appliance.IdentifyRequest) (appliance.IdentifyResponse, error) {
 	t := c.now()
 	c.mu.Lock()
@@ -25,13 +28,13 @@ func (c *Controller) Identify(ctx context.Context, req appliance.IdentifyRequest
 	}
 	bucket := appliance.IdentifyBucket(req.ShardID, c.cfg.MaxConcurrency)
 	resp := appliance.IdentifyResponse{ShardID: req.ShardID, Bucket: bucket}
-	refuse := func(reason appliance.IdentifyReason, after time.Duration) (appliance.IdentifyResponse, error) {
+	refuse := func(reason appliance.IdentifyReason, after time.Duration, detail ...string) (appliance.IdentifyResponse, error) {
 		resp.Reason = reason
 		resp.RetryAfterMS = max(1, int64((after+time.Millisecond-1)/time.Millisecond))
 		if t.Sub(n.lastRefusalEv) >= c.cfg.IdentifyWindow {
 			// One refusal event per node per window keeps the log small.
 			n.lastRefusalEv = t
-			c.eventLocked(t, EventIdentifyRefused, n.id, &req.ShardID, string(reason))
+			c.eventLocked(t, EventIdentifyRefused, n.id, &req.ShardID, strings.Join(append([]string{string(reason)}, detail...), ": "))
 		}
 		c.mu.Unlock()
 		return resp, nil
@@ -46,11 +49,19 @@ func (c *Controller) Identify(ctx context.Context, req appliance.IdentifyRequest
 	if c.budget.Remaining <= c.cfg.SessionReserve {
 		return refuse(appliance.ReasonBudget, c.budget.ResetAt.Sub(t))
 	}
+	if blocker, wait, blocked := c.orderBlockerLocked(t, req.ShardID); blocked {
+		return refuse(appliance.ReasonOrder, wait, fmt.Sprintf("shard %d of an earlier start group has not started", blocker))
+	}
 	c.lastGrant[bucket] = t
 	c.budget.Remaining--
+	if c.order.at[req.ShardID] == 0 {
+		c.order.at[req.ShardID] = t.UnixNano()
+	}
 	c.stage.buckets = append(c.stage.buckets, store.BucketGrant{Bucket: bucket, GrantedAt: t, ShardID: req.ShardID, NodeID: n.id})
 	c.stage.budget = true
-	c.eventLocked(t, EventIdentifyGranted, n.id, &req.ShardID, "")
+	// The detail names the shard count: the event is the durable record
+	// that this shard of this count has started (loadStartOrder).
+	c.eventLocked(t, EventIdentifyGranted, n.id, &req.ShardID, grantDetail(c.cfg.TotalShards))
 	c.stage.seq++
 	seq := c.stage.seq
 	c.mu.Unlock()
@@ -103,4 +114,154 @@ func (c *Controller) SetBudget(ctx context.Context, total, remaining int, resetA
 	seq := c.setBudgetLocked(t, total, remaining, resetAfter, true)
 	c.mu.Unlock()
 	return c.waitDurable(ctx, seq)
+}
+
+// Start-group order. Discord requires shards to start "by bucket in
+// order": shard s may Identify only once every shard t of an earlier start
+// group (t / max_concurrency < s / max_concurrency) of the same shard
+// count has identified at least once (research
+// gateway-protocol-and-sharding.md §1.11; the emulator's
+// bucket_out_of_order). The controller keeps, for its shard count, which
+// shards have ever been granted an Identify or reported READY, and refuses
+// a claim with reason "order" while a shard of an earlier group has not,
+// unless that shard cannot start now (canStartLocked), so one broken shard
+// does not hold back the fleet.
+const (
+	// orderRetry is retry_after for an "order" refusal whose blocking
+	// shard's bucket is open: that shard may be granted any moment.
+	orderRetry = 250 * time.Millisecond
+	// orderSettle is how long a first grant counts as in flight: the node
+	// sends Identify right after the grant, so a later group's Identify
+	// must not overtake it. Capped at the Identify window.
+	orderSettle = time.Second
+	// startedKnown marks a shard known to have started long ago: from the
+	// stored history or a READY report.
+	startedKnown int64 = 1
+)
+
+// startOrder is the start-group state of the controller's shard count;
+// guarded by Controller.mu.
+type startOrder struct {
+	// at is per shard: 0 if it never started, startedKnown, or the Unix
+	// time in nanoseconds of its first grant.
+	at []int64
+	// low is a shard below which every shard has started and settled.
+	low uint32
+}
+
+// grantDetail is the detail of an identify_granted event.
+func grantDetail(total uint32) string { return "num_shards " + strconv.FormatUint(uint64(total), 10) }
+
+// loadStartOrder rebuilds the start-group state from the audit log: every
+// identify_granted event of this shard count is a grant that was durable
+// before it was answered, so no started shard is missed unless the log
+// pruned it (store.MaxEvents) or it was written before the detail named
+// the count. Either way the shard counts as never started, which only
+// delays: shards that run report READY at their node's next check-in.
+// Right after a restart every bucket waits a window, longer than
+// orderSettle, so the loaded grants count as settled.
+func (c *Controller) loadStartOrder(ctx context.Context) error {
+	c.order = startOrder{at: make([]int64, c.cfg.TotalShards)}
+	rows, err := c.st.DB().QueryContext(ctx,
+		`SELECT DISTINCT shard_id FROM events WHERE kind = ? AND detail = ? AND shard_id IS NOT NULL`,
+		EventIdentifyGranted, grantDetail(c.cfg.TotalShards))
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var s int64
+		if err := rows.Scan(&s); err != nil {
+			return err
+		}
+		if s >= 0 && s < int64(len(c.order.at)) {
+			c.order.at[s] = startedKnown
+		}
+	}
+	return rows.Err()
+}
+
+// noteReadyLocked records shards a node reports READY as started: a READY
+// (or RESUMED) session began with an Identify of this shard count.
+func (c *Controller) noteReadyLocked(shards []appliance.ShardStatus) {
+	for i := range shards {
+		if shards[i].State == appliance.ShardReady && shards[i].ID < uint32(len(c.order.at)) {
+			c.order.at[shards[i].ID] = startedKnown
+		}
+	}
+}
+
+// startGroupBase returns the lowest shard of s's start group. When the
+// operator caps max_concurrency below Discord's, the groups of both
+// numberings must have started, so the higher base counts.
+func (c *Controller) startGroupBase(s uint32) uint32 {
+	mc := max(c.cfg.MaxConcurrency, 1)
+	base := s / mc * mc
+	if d := c.gw.discordMC; d > 0 {
+		base = max(base, s/d*d)
+	}
+	return base
+}
+
+// orderBlockerLocked returns the lowest shard that holds back shard s's
+// first Identify, and how long to wait before asking again. A shard that
+// started before (it re-identifies after op 9 or close 4007/4009) is
+// never held back. Otherwise every shard t below s's start group must
+// have started at least orderSettle ago, or be unable to start now.
+func (c *Controller) orderBlockerLocked(t time.Time, s uint32) (uint32, time.Duration, bool) {
+	o := &c.order
+	if o.at[s] != 0 {
+		return 0, 0, false
+	}
+	now := t.UnixNano()
+	settle := min(orderSettle, c.cfg.IdentifyWindow).Nanoseconds()
+	settled := func(x uint32) bool { a := o.at[x]; return a != 0 && now-a >= settle }
+	for o.low < uint32(len(o.at)) && settled(o.low) {
+		o.low++
+	}
+	end := c.startGroupBase(s)
+	for x := o.low; x < end; x++ {
+		if a := o.at[x]; a != 0 {
+			if now-a >= settle {
+				continue
+			}
+			return x, time.Duration(settle - (now - a)), true
+		}
+		if !c.canStartLocked(t, x) {
+			continue
+		}
+		wait := orderRetry
+		if last := c.lastGrant[appliance.IdentifyBucket(x, c.cfg.MaxConcurrency)]; !last.IsZero() {
+			wait = max(wait, last.Add(c.cfg.IdentifyWindow).Sub(t))
+		}
+		return x, wait, true
+	}
+	return 0, 0, false
+}
+
+// canStartLocked reports whether shard x, which never started, may start
+// soon, so that later start groups must wait for it. It may not when:
+//   - no live node's range contains it (unassigned, or its owner's lease
+//     ran out);
+//   - its holder reported it FATAL (a close code that is never retried);
+//   - it has been pending hand-off (held by a node whose range no longer
+//     contains it, or not yet taken by its new owner) for more than a
+//     lease since the plan last changed.
+func (c *Controller) canStartLocked(t time.Time, x uint32) bool {
+	if h := c.holder[x]; h != nil && h.live && h.plan.Contains(x) {
+		for i := range h.status {
+			if h.status[i].ID == x {
+				return h.status[i].State != appliance.ShardFatal
+			}
+		}
+		return true
+	}
+	owner := false
+	for _, n := range c.live {
+		if n.plan.Contains(x) {
+			owner = true
+			break
+		}
+	}
+	return owner && t.Sub(c.planChangedAt) <= c.cfg.Lease
 }
