@@ -180,7 +180,7 @@ func TestServeEndToEnd(t *testing.T) {
 	}
 	var ir appliance.IdentifyResponse
 	for end := time.Now().Add(e2eDeadline); !ir.Granted && time.Now().Before(end); {
-		httpJSON(t, "POST", p.url+"/v1/identify", cred, `{"node_id":"e2e-node.1","shard_id":5}`, &ir)
+		httpJSON(t, "POST", p.url+"/v1/identify", cred, `{"node_id":"e2e-node.1","shard_id":1}`, &ir)
 	}
 	if !ir.Granted || ir.Bucket != 1 {
 		t.Fatalf("identify: %+v", ir)

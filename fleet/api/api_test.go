@@ -142,7 +142,7 @@ func TestAPICheckinIdentifyAndErrors(t *testing.T) {
 	var ir appliance.IdentifyResponse
 	deadline := time.Now().Add(5 * time.Second)
 	for !ir.Granted && time.Now().Before(deadline) {
-		if code := s.call("POST", "/v1/identify", cred, `{"node_id":"n1","shard_id":3}`, &ir); code != 200 {
+		if code := s.call("POST", "/v1/identify", cred, `{"node_id":"n1","shard_id":0}`, &ir); code != 200 {
 			t.Fatalf("identify: %d", code)
 		}
 	}
