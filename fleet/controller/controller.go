@@ -38,12 +38,12 @@ const (
 	DefaultTotalShards    = 16
 	DefaultMaxConcurrency = 1
 	DefaultLease          = 30 * time.Second
-	// DefaultIdentifyWindow is Discord's 5 s per bucket plus 500 ms: the
+	// DefaultIdentifyWindow is Discord's 5 s per bucket plus 250 ms: the
 	// Identify a grant allows reaches Discord some milliseconds after the
 	// grant, and a later grant's Identify may travel faster than the
 	// earlier one's, so grants exactly 5 s apart can arrive under 5 s apart
 	// (measured: 4.996 s between two kernel Identifies).
-	DefaultIdentifyWindow = 5500 * time.Millisecond
+	DefaultIdentifyWindow = 5250 * time.Millisecond
 	DefaultRebalanceEvery = 250 * time.Millisecond
 	DefaultSessionBudget  = 1000 // Discord's usual daily session starts
 	DefaultSessionReserve = 10
