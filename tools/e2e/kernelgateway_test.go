@@ -82,6 +82,12 @@ func newGWLab(t *testing.T, ctx context.Context, subnet string, emu gatewayemu.O
 		t.Fatal(err)
 	}
 	go e.Serve(ln)
+	for i := 0; strings.Contains(e.URL(), "://:") || strings.HasSuffix(e.URL(), "//"); i++ {
+		if i == 100 {
+			t.Fatalf("the emulator did not take its listener: %q", e.URL())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	l.emu = e
 	t.Cleanup(func() { e.Close() })
 
@@ -92,7 +98,7 @@ func newGWLab(t *testing.T, ctx context.Context, subnet string, emu gatewayemu.O
 	l.server = "http://" + subnet + ".1:8080"
 	l.token = filepath.Join(l.dir, "admin.token")
 	l.srvArgs = append([]string{"serve", "--db", filepath.Join(l.dir, "dpxe.db"), "--listen", subnet + ".1:8080",
-		"--no-dashboard", "--gateway-api", e.APIBase(10), "--bot-token-file", tokFile}, serveArgs...)
+		"--no-dashboard", "--gateway-api", "http://" + ln.Addr().String() + "/api/v10", "--bot-token-file", tokFile}, serveArgs...)
 	l.startServe()
 	t.Cleanup(func() {
 		close(l.done)
@@ -124,11 +130,12 @@ func (l *gwLab) startServe() {
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		if _, err := l.ns.Run(l.ctx, l.bin, "nodes", "--server", l.server, "--token-file", l.token); err == nil {
+		out, err := l.ns.Run(l.ctx, l.bin, "nodes", "--server", l.server, "--token-file", l.token)
+		if err == nil {
 			return
 		}
 		if time.Now().After(deadline) {
-			l.t.Fatalf("dpxe serve did not come up:\n%s", l.logs.String())
+			l.t.Fatalf("dpxe serve did not come up (%v: %s):\n%s", err, out, l.logs.String())
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -441,5 +448,197 @@ func TestKernelGatewayFaults(t *testing.T) {
 	check()
 	for _, v := range l.emu.Violations() {
 		t.Errorf("emulator violation: %+v", v)
+	}
+}
+
+// ladderStep boots one node with n shards against an emulator with
+// max_concurrency mc and waits until every shard is READY (a connected
+// session that has heartbeated). It checks the time against the Identify
+// floor ceil(n/mc) windows of 5 s, logs the ratio, and wants zero
+// violations and exactly one Identify per shard.
+func ladderStep(t *testing.T, subnet string, n, mc int) {
+	window := gatewayemu.DefaultIdentifyWindow
+	groups := (n + mc - 1) / mc
+	floor := time.Duration(groups) * window
+	ctx, cancel := context.WithTimeout(context.Background(), floor+3*time.Minute)
+	defer cancel()
+	l := newGWLab(t, ctx, subnet, gatewayemu.Options{HeartbeatInterval: 5 * time.Second, Shards: n, MaxConcurrency: mc},
+		"--total-shards", fmt.Sprint(n), "--lease", "30s", "--max-concurrency", fmt.Sprint(mc))
+	node := l.boot(fmt.Sprintf("ladder-%d", n), "virtio-net-pci", uint32(n))
+	if node.serial.waitFor(regexp.MustCompile(`plan: generation \d+, `+fmt.Sprint(n)+` of `), 60*time.Second) == nil {
+		t.Fatal("the node never got its plan")
+	}
+	start := time.Now()
+	l.awaitEmu(floor+60*time.Second, fmt.Sprintf("%d READY shards", n), func(s gatewayemu.State) bool {
+		return len(readySessions(s, 1)) == n
+	})
+	took := time.Since(start)
+	t.Logf("%d shards, max_concurrency %d: all READY %v after the plan; Identify floor %v (ratio %.2f)",
+		n, mc, took.Round(10*time.Millisecond), floor, took.Seconds()/floor.Seconds())
+	if limit := floor + 15*time.Second; took > limit {
+		t.Errorf("all READY took %v, more than ceil(%d/%d) x %v + 15 s = %v", took, n, mc, window, limit)
+	}
+	// The idle share the node reports with every shard READY (two node
+	// lines later, so the whole interval was spent READY).
+	idle := regexp.MustCompile(`node: controller=ok .* ready=` + fmt.Sprint(n) + ` .* idle=(\d+)%`)
+	for i := 0; i < 2; i++ {
+		before := len(idle.FindAllString(node.serial.String(), -1))
+		deadline := time.Now().Add(12 * time.Second)
+		for len(idle.FindAllString(node.serial.String(), -1)) == before && time.Now().Before(deadline) {
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	if m := idle.FindAllStringSubmatch(node.serial.String(), -1); len(m) > 0 {
+		t.Logf("%d READY shards: the node was idle (halted) %s%% of the last 5 s", n, m[len(m)-1][1])
+	} else {
+		t.Errorf("no node line with %d READY shards", n)
+	}
+	for s := 0; s < n; s++ {
+		if got := l.identifiesOf(s); got != 1 {
+			t.Errorf("shard %d: %d accepted Identifies, want 1", s, got)
+		}
+	}
+	if v := l.emu.Violations(); len(v) != 0 {
+		t.Errorf("%d emulator violations, first %+v", len(v), v[0])
+	}
+}
+
+// TestKernelGatewayLadder is the scaling ladder of seed 000 up to 16
+// shards on one node; 128 is in TestKernelGatewayScale (make test-scale).
+func TestKernelGatewayLadder(t *testing.T) {
+	for i, step := range []struct{ n, mc int }{{4, 1}, {8, 1}, {16, 16}} {
+		t.Run(fmt.Sprintf("%d-shards-mc%d", step.n, step.mc), func(t *testing.T) {
+			ladderStep(t, fmt.Sprintf("10.%d.0", 81+i), step.n, step.mc)
+		})
+	}
+}
+
+// TestKernelGatewayScale runs 128 shards on one node, with max_concurrency
+// 16 and then 1 (the second takes over ten minutes of Identify windows).
+func TestKernelGatewayScale(t *testing.T) {
+	if os.Getenv("DPXE_SCALE") == "" {
+		t.Skip("set DPXE_SCALE=1 (make test-scale)")
+	}
+	for i, mc := range []int{16, 1} {
+		t.Run(fmt.Sprintf("128-shards-mc%d", mc), func(t *testing.T) {
+			ladderStep(t, fmt.Sprintf("10.%d.0", 85+i), 128, mc)
+		})
+	}
+}
+
+// liveSessions maps each shard to its connected session (ID and conn).
+func (l *gwLab) liveSessions() map[int]gatewayemu.SessionInfo {
+	m := map[int]gatewayemu.SessionInfo{}
+	for _, ses := range l.emu.Sessions() {
+		if ses.State == gatewayemu.SessionConnected {
+			m[ses.Shard[0]] = ses
+		}
+	}
+	return m
+}
+
+func (l *gwLab) acceptedIdentifies() int {
+	n := 0
+	for _, r := range l.emu.Identifies() {
+		if r.Session != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// TestKernelGatewayFleet is acceptance group 4: three nodes, 24 shards,
+// max_concurrency 2. Draining a node moves its shards to the others by
+// Resume (no Identify, the same sessions); a killed node's shards come up
+// elsewhere after its lease; a controller restart drops no shard. The
+// emulator never sees two live sessions of a shard.
+func TestKernelGatewayFleet(t *testing.T) {
+	const total = 24
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	l := newGWLab(t, ctx, "10.84.0", gatewayemu.Options{HeartbeatInterval: 5 * time.Second, Shards: total, MaxConcurrency: 2},
+		"--total-shards", fmt.Sprint(total), "--lease", "10s", "--max-concurrency", "2")
+	nodes := []string{"fleet-a", "fleet-b", "fleet-c"}
+	nics := []string{"e1000", "virtio-net-pci", "e1000"}
+	booted := map[string]*gwNode{}
+	for i, id := range nodes {
+		booted[id] = l.boot(id, nics[i], total)
+	}
+	allReady := func(within time.Duration, what string) map[int]gatewayemu.SessionInfo {
+		t.Helper()
+		l.awaitEmu(within, what, func(s gatewayemu.State) bool { return len(readySessions(s, 1)) == total })
+		return l.liveSessions()
+	}
+	before := allReady(total/2*gatewayemu.DefaultIdentifyWindow+90*time.Second, "24 READY shards")
+	ids := l.acceptedIdentifies()
+	t.Logf("cold start: %d shards READY on 3 nodes with %d Identifies", len(before), ids)
+
+	// Drain fleet-a: its shards move by Resume.
+	owner := func(id string) (controller.NodeDetail, error) { return l.nodeDetail(id) }
+	a, err := owner("fleet-a")
+	if err != nil || a.RangeCount == 0 {
+		t.Fatalf("fleet-a before the drain: %+v %v", a, err)
+	}
+	if out, err := l.ns.Run(ctx, l.bin, "drain", "fleet-a", "--server", l.server, "--token-file", l.token); err != nil {
+		t.Fatalf("dpxe drain: %v\n%s", err, out)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		a, err = owner("fleet-a")
+		now := l.liveSessions()
+		moved := err == nil && a.RangeCount == 0 && len(a.Shards) == 0 && len(readySessions(l.emu.State(), 1)) == total
+		for s, b := range before {
+			if now[s].ID != b.ID {
+				moved = false // not (yet) the same session
+			}
+		}
+		if moved {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the drain did not settle with every session resumed: fleet-a %+v (%v)", a, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if got := l.acceptedIdentifies(); got != ids {
+		t.Errorf("the drain cost %d Identifies, want 0", got-ids)
+	}
+	if booted["fleet-a"].serial.waitFor(regexp.MustCompile(`released \(no longer in this node's plan\); its session goes to the next owner`), time.Second) == nil {
+		t.Error("fleet-a did not hand its sessions over")
+	}
+	t.Logf("drain: all %d shards resumed on fleet-b and fleet-c, no Identify", total)
+
+	// Kill fleet-c: after its lease its shards come up on the others.
+	if out, err := l.ns.Run(ctx, l.bin, "undrain", "fleet-a", "--server", l.server, "--token-file", l.token); err != nil {
+		t.Fatalf("dpxe undrain: %v\n%s", err, out)
+	}
+	close(booted["fleet-c"].quit)
+	killed := time.Now()
+	deadline = time.Now().Add(120 * time.Second)
+	for {
+		c, _ := owner("fleet-c")
+		if !c.Live && len(readySessions(l.emu.State(), 1)) == total {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fleet-c's shards did not come up elsewhere: %+v", c)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Logf("kill: fleet-c's shards READY elsewhere %v after it stopped", time.Since(killed).Round(100*time.Millisecond))
+
+	// Restart the controller: no shard drops.
+	steady := l.liveSessions()
+	l.stopServe()
+	l.startServe()
+	time.Sleep(15 * time.Second) // longer than the lease: a lapse would show
+	after := l.liveSessions()
+	for s, b := range steady {
+		if a := after[s]; a.ID != b.ID || a.Conn != b.Conn {
+			t.Errorf("shard %d changed across the controller restart: %+v -> %+v", s, b, a)
+		}
+	}
+	if v := l.emu.Violations(); len(v) != 0 {
+		t.Errorf("%d emulator violations, first %+v", len(v), v[0])
 	}
 }
