@@ -478,6 +478,36 @@ func ladderStep(t *testing.T, subnet string, n, mc int) {
 	if limit := floor + 15*time.Second; took > limit {
 		t.Errorf("all READY took %v, more than ceil(%d/%d) x %v + 15 s = %v", took, n, mc, window, limit)
 	}
+	// The first heartbeat of each Identify connection against the seed's
+	// jitter formula, measured by the emulator from Hello.
+	shardOfConn := map[uint64]int{}
+	for _, r := range l.emu.Identifies() {
+		if r.Shard != nil {
+			shardOfConn[r.Conn] = r.Shard[0]
+		}
+	}
+	var worst time.Duration
+	measured := 0
+	for _, fb := range l.emu.FirstHeartbeats() {
+		s, ok := shardOfConn[fb.Conn]
+		if !ok {
+			continue
+		}
+		want := time.Duration(max(1, fb.Interval.Milliseconds()*int64(s%20+1)/20)) * time.Millisecond
+		dev := fb.After - want
+		if dev < 0 {
+			dev = -dev
+		}
+		worst = max(worst, dev)
+		measured++
+		if dev > 500*time.Millisecond {
+			t.Errorf("shard %d: first heartbeat %v after Hello, formula %v", s, fb.After, want)
+		}
+	}
+	if measured < n {
+		t.Errorf("first heartbeats measured on %d connections, want %d", measured, n)
+	}
+	t.Logf("first heartbeat vs max(1, interval*((id %% 20)+1)/20): worst deviation %v over %d shards", worst.Round(time.Millisecond), measured)
 	// The idle share the node reports with every shard READY (two node
 	// lines later, so the whole interval was spent READY).
 	idle := regexp.MustCompile(`node: controller=ok .* ready=` + fmt.Sprint(n) + ` .* idle=(\d+)%`)

@@ -63,6 +63,7 @@ type conn struct {
 	hbDeadline    atomic.Int64 // unix ns, real clock (it pairs with hbTimer)
 	heartbeats    atomic.Int64
 	lastHeartbeat atomic.Int64
+	helloAt       atomic.Int64 // unix ns when Hello was written
 
 	sendTimes []int64 // ring of recent client event times (unix ns)
 	sendPos   int
@@ -191,6 +192,7 @@ func (e *Emulator) serveGateway(w http.ResponseWriter, r *http.Request) {
 	e.mu.Lock()
 	c.phase = phaseUnauth
 	e.mu.Unlock()
+	c.helloAt.Store(time.Now().UnixNano())
 	c.writeOp(OpHello, map[string]any{"heartbeat_interval": interval.Milliseconds()})
 	c.readLoop()
 }
@@ -315,7 +317,14 @@ func (c *conn) heartbeat(d json.RawMessage) {
 		}
 	}
 	now := e.opts.Now()
-	c.heartbeats.Add(1)
+	if c.heartbeats.Add(1) == 1 {
+		if hello := c.helloAt.Load(); hello != 0 {
+			after := time.Duration(time.Now().UnixNano() - hello)
+			e.mu.Lock()
+			e.firstBeats = append(e.firstBeats, FirstHeartbeat{Conn: c.id, After: after, Interval: e.opts.HeartbeatInterval})
+			e.mu.Unlock()
+		}
+	}
 	c.lastHeartbeat.Store(now.UnixNano())
 	e.counters.heartbeats.Add(1)
 	dl := e.opts.HeartbeatInterval + e.opts.HeartbeatGrace

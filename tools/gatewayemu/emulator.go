@@ -71,6 +71,7 @@ type Emulator struct {
 	// resumeUnavailable handshakes on ResumePath are answered with HTTP 503.
 	resumeUnavailable int
 	identifies        []IdentifyRecord
+	firstBeats        []FirstHeartbeat
 	violations        []Violation
 	changed           chan struct{} // closed and replaced on every record change
 	closed            bool
@@ -311,6 +312,16 @@ func (e *Emulator) Identifies() []IdentifyRecord {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return append([]IdentifyRecord(nil), e.identifies...)
+}
+
+// FirstHeartbeats returns, for every connection that heartbeated, how long
+// after Hello its first heartbeat came (join with IdentifyRecord.Conn for
+// the shard). Clients jitter the first heartbeat; tests compare it with
+// their formula.
+func (e *Emulator) FirstHeartbeats() []FirstHeartbeat {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]FirstHeartbeat(nil), e.firstBeats...)
 }
 
 // Sessions returns every live or resumable session, sorted by shard then ID.

@@ -144,6 +144,13 @@ type ShardSessions struct {
 	Sessions []SessionInfo `json:"sessions"`
 }
 
+// FirstHeartbeat is a connection's first heartbeat, measured from Hello.
+type FirstHeartbeat struct {
+	Conn     uint64        `json:"conn"`
+	After    time.Duration `json:"after"`
+	Interval time.Duration `json:"interval"` // heartbeat_interval sent in Hello
+}
+
 // SessionStartLimit mirrors /gateway/bot's session_start_limit.
 type SessionStartLimit struct {
 	Total          int   `json:"total"`
