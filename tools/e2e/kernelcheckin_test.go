@@ -221,6 +221,45 @@ func TestKernelCheckin(t *testing.T) {
 		}
 	}
 
+	// Malformed traffic: the e1000 node counts and drops it, and goes on
+	// checking in (its TCP, which has nothing to do with these frames,
+	// included).
+	n0 := nodes[0]
+	nodeLine := regexp.MustCompile(`node: controller=ok checkins=(\d+) failed=(\d+)`)
+	last := func() (int, int) {
+		m := nodeLine.FindAllStringSubmatch(n0.serial.String(), -1)
+		if len(m) == 0 {
+			return 0, 0
+		}
+		var ok, failed int
+		fmt.Sscan(m[len(m)-1][1], &ok)
+		fmt.Sscan(m[len(m)-1][2], &failed)
+		return ok, failed
+	}
+	okBefore, failedBefore := last()
+	want, err := injectMalformed(ns.Name, "52:54:00:78:00:21", n0.ip)
+	if err != nil {
+		t.Fatalf("injecting malformed frames: %v", err)
+	}
+	t.Logf("sent %d kinds of malformed frames to %s", len(want), n0.id)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		ok, failed := last()
+		if ok >= okBefore+3 && failed == failedBefore {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s after malformed frames: %d check-ins (was %d), %d failed (was %d)", n0.id, ok, okBefore, failed, failedBefore)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	st := waitStatus(t, n0.serial, len(statusLine.FindAllString(n0.serial.String(), -1)), 10*time.Second)
+	for name, n := range want {
+		if st.counters[name] < n {
+			t.Errorf("%s: counter %s = %d, want at least %d", n0.id, name, st.counters[name], n)
+		}
+	}
+
 	// Stop the controller: each node's lease lapses within one lease of its
 	// last check-in (it renews every third of the lease).
 	stopped := time.Now()
