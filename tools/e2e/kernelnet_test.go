@@ -463,3 +463,43 @@ func TestKernelNICModels(t *testing.T) {
 		}
 	}
 }
+
+// TestKernelPCIECAM boots a q35 machine (the harness's default), whose ACPI
+// has an MCFG table: the kernel must read configuration space through ECAM
+// (mapped uncacheable) and find both NIC models on the PCIe root bus; an
+// i440fx machine has no MCFG, and the kernel says it uses the legacy ports.
+func TestKernelPCIECAM(t *testing.T) {
+	needQEMU(t, qemu.SeaBIOS)
+	o := qemu.Options{
+		Firmware: qemu.SeaBIOS,
+		Kernel:   filepath.Join(outDir(t), image.KernelFile),
+		Append:   "node=ecam",
+		Timeout:  60 * time.Second,
+		Extra: []string{
+			"-device", "e1000,mac=52:54:00:00:00:0a,addr=0a",
+			"-device", "virtio-net-pci,disable-legacy=on,addr=0b",
+		},
+		Until: func(s string) bool { return strings.Contains(s, "dhcp: discover") || strings.Contains(s, "halting") },
+	}
+	res, err := qemu.Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, re := range []*regexp.Regexp{
+		regexp.MustCompile(`pci: ECAM at 0x00000000b0000000 buses 0-255 \(ACPI MCFG\)`),
+		regexp.MustCompile(`nic: 00:0a\.0 8086:100e e1000 mac=52:54:00:00:00:0a link=(up|down)`),
+		regexp.MustCompile(`nic: 00:0b\.0 1af4:1041 supported, not used: one NIC at a time`),
+	} {
+		if !re.MatchString(res.Serial) {
+			t.Errorf("no line matching %q", re)
+		}
+	}
+	o.Extra = []string{"-machine", "pc", "-device", "e1000,addr=0a"}
+	if res2, err := qemu.Run(context.Background(), o); err != nil || !strings.Contains(res2.Serial, "pci: legacy configuration ports (no usable ACPI MCFG)") ||
+		!strings.Contains(res2.Serial, "nic: 00:0a.0 8086:100e e1000") {
+		t.Errorf("i440fx: no legacy-ports line (%v)\n%s", err, res2.Serial)
+	}
+	if t.Failed() {
+		t.Logf("serial console:\n%s", res.Serial)
+	}
+}
