@@ -123,7 +123,12 @@ func TestServeNetbootPXE(t *testing.T) {
 	if bound == nil || !strings.Contains(res.Serial, "checkin: controller reachable") {
 		t.Fatalf("the kernel did not get a lease from dpxe serve and check in:\n%s", res.Serial)
 	}
-	t.Logf("kernel DHCP lease %s in %s ms; PXE boot to the first answered check-in %v after QEMU start", bound[1], bound[2], res.Elapsed.Round(time.Millisecond))
+	up := regexp.MustCompile(`checkin: controller reachable.*\(network up (\d+) ms ago\)`).FindStringSubmatch(res.Serial)
+	if up == nil {
+		t.Fatalf("no first check-in line with its time:\n%s", res.Serial)
+	}
+	t.Logf("kernel DHCP lease %s in %s ms, first check-in answered %s ms after the network came up; PXE boot to that answer %v after QEMU start",
+		bound[1], bound[2], up[1], res.Elapsed.Round(time.Millisecond))
 	nodes, err := ns.Run(ctx, bin, "nodes", "--json", "--server", server, "--token-file", token)
 	var list struct {
 		Nodes []controller.NodeView `json:"nodes"`
