@@ -51,7 +51,7 @@ type BootConfig struct {
 	SelfTest    bool   // selftest=1 runs the self-tests and exits QEMU
 	Seed        uint32 // seed=, PRNG seed of the differential self-test
 	StaticIP    string // ip=, A.B.C.D/NN[,GW]: a static address instead of DHCP (see ParseStaticIP)
-	TCPTest     string // tcptest=, A.B.C.D:PORT: the kernel's TCP client test (see ParseTCPTest)
+	TCPTest     string // tcptest=, A.B.C.D:PORT[,BYTES]: the kernel's TCP client test (see ParseTCPTestSpec)
 
 	HasShards, HasTotalShards, HasCapacity, HasSeed bool
 }
@@ -142,7 +142,7 @@ var bootKeys = []bootKey{
 		c.StaticIP = v
 		return nil
 	}},
-	{"tcptest", "TCP client test: A.B.C.D:PORT to receive 64 KiB from and close", func(c *BootConfig, v string) error {
+	{"tcptest", "TCP client test: A.B.C.D:PORT to receive 64 KiB from on 4 connections, or A.B.C.D:PORT,BYTES on one, and close", func(c *BootConfig, v string) error {
 		if _, err := ParseTCPTest(v); err != nil {
 			return err
 		}

@@ -178,39 +178,75 @@ func TCPSegmentDigest(seed uint32) uint64 {
 }
 
 // TCPTestBytes is how many bytes the kernel's tcptest= client receives
-// on each connection before it closes it.
+// on each connection before it closes it, when the value gives no size.
 const TCPTestBytes = 65536
 
 // TCPTestConns is how many connections the kernel's tcptest= client opens
-// at once (TCPT_CONNS in kernel/net/tcp_app.inc).
+// at once when the value gives no size (TCPT_CONNS in kernel/net/tcp_app.inc).
 const TCPTestConns = 4
 
-// ErrTCPTest means a tcptest= value is not A.B.C.D:PORT.
-var ErrTCPTest = errors.New("tcptest must be A.B.C.D:PORT (octets 0-255 and port 1-65535 without leading zeros)")
+// TCPTestMaxBytes is the largest size tcptest=A.B.C.D:PORT,BYTES accepts
+// (TCPT_BYTES_MAX in kernel/net/tcp_app.inc).
+const TCPTestMaxBytes = 1 << 30
 
-// ParseTCPTest checks a tcptest= value as the kernel's cfg_value_tcptest
-// does: a dotted quad (ParseStaticIP's octet rules), ':', and a port of
-// 1-65535 without a leading zero, nothing after it.
-func ParseTCPTest(v string) (netip.AddrPort, error) {
+// ErrTCPTest means a tcptest= value is not A.B.C.D:PORT[,BYTES].
+var ErrTCPTest = errors.New("tcptest must be A.B.C.D:PORT or A.B.C.D:PORT,BYTES (octets 0-255, port 1-65535, BYTES 1-1073741824, no leading zeros)")
+
+// TCPTestSpec is what a tcptest= value asks the kernel for: Conns
+// connections at once to Server, each closed by the kernel after Bytes.
+type TCPTestSpec struct {
+	Server netip.AddrPort
+	Bytes  int
+	Conns  int
+}
+
+// ParseTCPTestSpec checks a tcptest= value as the kernel's
+// cfg_value_tcptest does: a dotted quad (ParseStaticIP's octet rules), ':',
+// a port of 1-65535 and optionally ',' and a size of 1-TCPTestMaxBytes,
+// both in decimal without a leading zero, nothing after them. Without a
+// size the kernel opens TCPTestConns connections of TCPTestBytes; with one
+// it opens a single connection of that many bytes (the throughput
+// benchmark's mode).
+func ParseTCPTestSpec(v string) (TCPTestSpec, error) {
 	a, rest, err := parseQuad(v)
 	if err != nil || len(rest) < 2 || rest[0] != ':' {
-		return netip.AddrPort{}, ErrTCPTest
+		return TCPTestSpec{}, ErrTCPTest
 	}
-	p := rest[1:]
-	if len(p) > 5 || p[0] == '0' {
-		return netip.AddrPort{}, ErrTCPTest
+	port, rest, ok := tcpTestNumber(rest[1:])
+	if !ok || port > 65535 {
+		return TCPTestSpec{}, ErrTCPTest
 	}
-	n := 0
-	for i := 0; i < len(p); i++ {
-		if p[i] < '0' || p[i] > '9' {
-			return netip.AddrPort{}, ErrTCPTest
+	s := TCPTestSpec{Server: netip.AddrPortFrom(a, uint16(port)), Bytes: TCPTestBytes, Conns: TCPTestConns}
+	if rest == "" {
+		return s, nil
+	}
+	n, rest, ok := tcpTestNumber(rest[1:]) // rest starts with the ','
+	if !ok || rest != "" || n > TCPTestMaxBytes {
+		return TCPTestSpec{}, ErrTCPTest
+	}
+	s.Bytes, s.Conns = int(n), 1
+	return s, nil
+}
+
+// tcpTestNumber reads 1-10 decimal digits without a leading zero up to a
+// ',' or the end, as the kernel's tcpt_number: the value and what follows.
+func tcpTestNumber(v string) (uint64, string, bool) {
+	var n uint64
+	i := 0
+	for ; i < len(v) && v[i] != ','; i++ {
+		c := v[i]
+		if c < '0' || c > '9' || (i == 0 && c == '0') || i == 10 {
+			return 0, v, false
 		}
-		n = n*10 + int(p[i]-'0')
+		n = n*10 + uint64(c-'0')
 	}
-	if n > 65535 {
-		return netip.AddrPort{}, ErrTCPTest
-	}
-	return netip.AddrPortFrom(a, uint16(n)), nil
+	return n, v[i:], i > 0
+}
+
+// ParseTCPTest is ParseTCPTestSpec's server address.
+func ParseTCPTest(v string) (netip.AddrPort, error) {
+	s, err := ParseTCPTestSpec(v)
+	return s.Server, err
 }
 
 // TCPTestDigest is the FNV-1a (32-bit, per byte) of data, as the kernel

@@ -119,7 +119,29 @@ func TestParseTCPTest(t *testing.T) {
 			t.Errorf("ParseTCPTest(%q) accepted", v)
 		}
 	}
+	sizes := map[string][2]int{
+		"10.0.0.1:9000":            {TCPTestBytes, TCPTestConns},
+		"10.0.0.1:9000,1":          {1, 1},
+		"10.0.0.1:9000,33554432":   {33554432, 1},
+		"10.0.0.1:9000,1073741824": {1073741824, 1},
+	}
+	for v, want := range sizes {
+		s, err := ParseTCPTestSpec(v)
+		if err != nil || s.Bytes != want[0] || s.Conns != want[1] || s.Server.String() != "10.0.0.1:9000" {
+			t.Errorf("ParseTCPTestSpec(%q) = %+v, %v; want %d bytes on %d connections", v, s, err, want[0], want[1])
+		}
+	}
+	for _, v := range []string{"10.0.0.1:9000,", "10.0.0.1:9000,0", "10.0.0.1:9000,01", "10.0.0.1:9000,1073741825",
+		"10.0.0.1:9000,99999999999", "10.0.0.1:9000,1,2", "10.0.0.1:9000,1k", "10.0.0.1:,5", "10.0.0.1:0,5", "10.0.0.1:9000,-1"} {
+		if _, err := ParseTCPTestSpec(v); err == nil {
+			t.Errorf("ParseTCPTestSpec(%q) accepted", v)
+		}
+	}
 	var c BootConfig
+	if err := c.Set("tcptest=10.0.0.1:9000,33554432"); err != nil || !strings.Contains(c.String(), "tcptest=10.0.0.1:9000,33554432") {
+		t.Errorf("Set/String: %v, %q", err, c.String())
+	}
+	c = BootConfig{}
 	if err := c.Set("tcptest=10.0.0.1:9000"); err != nil || !strings.Contains(c.String(), "tcptest=10.0.0.1:9000") {
 		t.Errorf("Set/String: %v, %q", err, c.String())
 	}
