@@ -8,7 +8,8 @@ set -euo pipefail
 declare -A want=(
   [build]="nasm"
   [test]="nasm qemu-system-x86 qemu-utils ovmf ipxe busybox dnsmasq-base tftp-hpa curl iproute2 chromium kmod mount util-linux e2fsprogs"
-  [bench]="tftpd-hpa hyperfine"
+  # linux-image-amd64: the Linux guest of BenchmarkKernelTCPDownload32MiB
+  [bench]="tftpd-hpa hyperfine linux-image-amd64"
 )
 
 missing=()
