@@ -470,7 +470,7 @@ func ladderStep(t testing.TB, subnet string, n, mc int) ladderFigures {
 	window := gatewayemu.DefaultIdentifyWindow
 	groups := (n + mc - 1) / mc
 	floor := time.Duration(groups) * window
-	ctx, cancel := context.WithTimeout(context.Background(), floor+3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(groups)*controller.DefaultIdentifyWindow+3*time.Minute)
 	defer cancel()
 	l := newGWLab(t, ctx, subnet, gatewayemu.Options{HeartbeatInterval: 5 * time.Second, Shards: n, MaxConcurrency: mc},
 		"--total-shards", fmt.Sprint(n), "--lease", "30s", "--max-concurrency", fmt.Sprint(mc))
@@ -479,7 +479,7 @@ func ladderStep(t testing.TB, subnet string, n, mc int) ladderFigures {
 		t.Fatal("the node never got its plan")
 	}
 	start := time.Now()
-	l.awaitEmu(floor+60*time.Second, fmt.Sprintf("%d READY shards", n), func(s gatewayemu.State) bool {
+	l.awaitEmu(time.Duration(groups)*controller.DefaultIdentifyWindow+60*time.Second, fmt.Sprintf("%d READY shards", n), func(s gatewayemu.State) bool {
 		return len(readySessions(s, 1)) == n
 	})
 	took := time.Since(start)
