@@ -253,7 +253,7 @@ func TestKernelGatewayTwoShards(t *testing.T) {
 		m := readySessions(s, 3)
 		return m[0] == 1 && m[1] == 1
 	})
-	ready := regexp.MustCompile(`shard (\d+): READY session (\S+) local port (\d+) workspace 0x([0-9a-f]+)`)
+	ready := regexp.MustCompile(`shard (\d+): READY session (\S+) local port (\d+) workspace 0x([0-9a-f]{16})`)
 	deadline := time.Now().Add(10 * time.Second)
 	var lines [][]string
 	for len(lines) < 2 && time.Now().Before(deadline) {

@@ -29,6 +29,9 @@ import (
 // must show the node ID, the controller URL and a credential, the inventory
 // must hold no credential in clear, and `dpxe nodes show` must list the
 // boot timeline.
+// firstCheckin is the kernel's line for its first answered check-in.
+var firstCheckin = regexp.MustCompile(`checkin: controller reachable.*\(network up (\d+) ms ago\)`)
+
 func TestServeNetbootPXE(t *testing.T) {
 	if err := netns.Available(); err != nil {
 		t.Skipf("skipping: %v", err)
@@ -108,7 +111,8 @@ func TestServeNetbootPXE(t *testing.T) {
 		Wrapper: ns.Wrapper(),
 		Timeout: 150 * time.Second,
 		Until: func(s string) bool {
-			return strings.Contains(s, "checkin: controller reachable") || strings.Contains(s, "config error") || strings.Contains(s, "halted:")
+			// The whole line: QEMU is stopped as soon as this is true.
+			return firstCheckin.MatchString(s) || strings.Contains(s, "config error") || strings.Contains(s, "halted:")
 		},
 	})
 	if err != nil {
@@ -120,10 +124,10 @@ func TestServeNetbootPXE(t *testing.T) {
 	// The kernel's DHCP lease came from dpxe serve, and with the credential
 	// minted for this boot it checked in: the machine is a live node.
 	bound := regexp.MustCompile(`dhcp: bound (\S+)/24 gw \S+ server 10\.91\.0\.1 .* in (\d+) ms`).FindStringSubmatch(res.Serial)
-	if bound == nil || !strings.Contains(res.Serial, "checkin: controller reachable") {
+	if bound == nil || !firstCheckin.MatchString(res.Serial) {
 		t.Fatalf("the kernel did not get a lease from dpxe serve and check in:\n%s", res.Serial)
 	}
-	up := regexp.MustCompile(`checkin: controller reachable.*\(network up (\d+) ms ago\)`).FindStringSubmatch(res.Serial)
+	up := firstCheckin.FindStringSubmatch(res.Serial)
 	if up == nil {
 		t.Fatalf("no first check-in line with its time:\n%s", res.Serial)
 	}
