@@ -7,10 +7,8 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -76,29 +74,12 @@ type tcpTestServer struct {
 // listenInNetns opens a TCP listener inside the named network namespace
 // (the socket keeps its namespace after the thread returns home).
 func listenInNetns(nsName, addr string) (net.Listener, error) {
-	runtime.LockOSThread()
-	orig, err := os.Open("/proc/thread-self/ns/net")
-	if err != nil {
-		runtime.UnlockOSThread()
-		return nil, err
-	}
-	defer orig.Close()
-	target, err := os.Open("/var/run/netns/" + nsName)
-	if err != nil {
-		runtime.UnlockOSThread()
-		return nil, err
-	}
-	defer target.Close()
-	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-		runtime.UnlockOSThread()
-		return nil, fmt.Errorf("setns %s: %w", nsName, err)
-	}
-	defer func() {
-		if unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET) == nil {
-			runtime.UnlockOSThread()
-		}
-	}()
-	return net.Listen("tcp4", addr)
+	var ln net.Listener
+	err := inNetns(nsName, func() (err error) {
+		ln, err = net.Listen("tcp4", addr)
+		return err
+	})
+	return ln, err
 }
 
 // TestKernelTCP boots a node with a static address and
