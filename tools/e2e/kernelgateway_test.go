@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -43,6 +44,11 @@ type gwLab struct {
 	nodes   []*gwNode
 	done    chan struct{}
 	ran     chan error
+	// lost is closed when a node's QEMU ends without being asked to (its
+	// run limit, a triple fault, an exit); lostWhy says which and why.
+	lost     chan struct{}
+	lostOnce sync.Once
+	lostWhy  string
 }
 
 type gwNode struct {
@@ -59,7 +65,7 @@ func newGWLab(t testing.TB, ctx context.Context, subnet string, emu gatewayemu.O
 		t.Skip(err)
 	}
 	needQEMU(t, qemu.SeaBIOS)
-	l := &gwLab{t: t, ctx: ctx, subnet: subnet, dir: t.TempDir(), done: make(chan struct{}), ran: make(chan error, 16)}
+	l := &gwLab{t: t, ctx: ctx, subnet: subnet, dir: t.TempDir(), done: make(chan struct{}), ran: make(chan error, 16), lost: make(chan struct{})}
 	l.bin = filepath.Join(l.dir, "dpxe")
 	if b, err := exec.CommandContext(ctx, "go", "build", "-o", l.bin, "github.com/discord-pxe/dpxe/cmd/dpxe").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, b)
@@ -178,7 +184,7 @@ func (l *gwLab) boot(id, nic string, capacity uint32) *gwNode {
 			"-device", fmt.Sprintf("%s,netdev=n0,mac=52:54:00:79:00:%02x", nic, 0x30+i)},
 		Wrapper: l.ns.Wrapper(),
 		Serial:  n.serial,
-		Timeout: 10 * time.Minute,
+		Timeout: l.runLimit(),
 		Until: func(string) bool {
 			select {
 			case <-l.done:
@@ -192,10 +198,30 @@ func (l *gwLab) boot(id, nic string, capacity uint32) *gwNode {
 	}
 	l.nodes = append(l.nodes, n)
 	go func() {
-		_, err := qemu.Run(l.ctx, o)
+		res, err := qemu.Run(l.ctx, o)
+		if err == nil && !res.Stopped && l.ctx.Err() == nil {
+			why := fmt.Sprintf("exited with code %d", res.ExitCode)
+			if res.TimedOut {
+				why = fmt.Sprintf("hit its run limit of %v", o.Timeout)
+			}
+			l.lostOnce.Do(func() {
+				l.lostWhy = fmt.Sprintf("node %s: QEMU %s after %v", id, why, res.Elapsed.Round(time.Second))
+				close(l.lost)
+			})
+		}
 		l.ran <- err
 	}()
 	return n
+}
+
+// runLimit is how long a node's QEMU may run: to the test's deadline when
+// it has one (a QEMU limit shorter than the test would end a long run in a
+// way that looks like a hung node), else 10 minutes.
+func (l *gwLab) runLimit() time.Duration {
+	if d, ok := l.ctx.Deadline(); ok {
+		return time.Until(d)
+	}
+	return 10 * time.Minute
 }
 
 // nodeDetail is GET /v1/nodes/ID.
@@ -217,7 +243,19 @@ func (l *gwLab) awaitEmu(within time.Duration, what string, cond func(gatewayemu
 	l.t.Helper()
 	ctx, cancel := context.WithTimeout(l.ctx, within)
 	defer cancel()
+	go func() {
+		select {
+		case <-l.lost:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	if err := l.emu.Await(ctx, cond); err != nil {
+		select {
+		case <-l.lost:
+			l.t.Fatalf("%s: %s", what, l.lostWhy)
+		default:
+		}
 		l.t.Fatalf("%s: not within %v: %v", what, within, err)
 	}
 }
