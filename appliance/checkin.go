@@ -15,8 +15,10 @@ import (
 // Identify claim request and response. The kernel builds and parses exactly
 // these JSON documents.
 
-// MaxCheckinBody is the largest check-in or Identify request body, in bytes.
-const MaxCheckinBody = 64 << 10
+// MaxCheckinBody is the largest check-in or Identify request body, in
+// bytes. A node's largest check-in (128 live statuses and 128 released
+// sessions, kernel/node/checkin.inc CTL_BODY_MAX) is about 87 KiB.
+const MaxCheckinBody = 128 << 10
 
 // MaxLastErrorLen bounds ShardStatus.LastError, in bytes.
 const MaxLastErrorLen = 200
@@ -177,7 +179,7 @@ func (e *FieldError) Error() string {
 }
 
 // ErrBodyTooLarge is returned for a request body over MaxCheckinBody bytes.
-var ErrBodyTooLarge = errors.New("request body larger than 65536 bytes")
+var ErrBodyTooLarge = fmt.Errorf("request body larger than %d bytes", MaxCheckinBody)
 
 // IdentifyBucket is Discord's rate-limit key of a shard:
 // shard_id % max(max_concurrency, 1).

@@ -462,6 +462,7 @@ func TestKernelGatewayFaults(t *testing.T) {
 		t.Fatal("shard 0 did not go FATAL on 4004")
 	}
 	deadline := time.Now().Add(15 * time.Second)
+	var view controller.NodeDetail
 	for {
 		d, err := l.nodeDetail("gw-faults")
 		states := map[uint32]appliance.ShardState{}
@@ -470,12 +471,29 @@ func TestKernelGatewayFaults(t *testing.T) {
 		}
 		if err == nil && states[0] == appliance.ShardFatal && states[1] == appliance.ShardReady &&
 			states[2] == appliance.ShardReady && states[3] == appliance.ShardReady && d.FatalShards == 1 {
+			view = d
 			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("controller view after 4004: %+v (%v)", d.Shards, err)
 		}
 		time.Sleep(300 * time.Millisecond)
+	}
+	// Each shard's last reset reason reached the controller as last_error
+	// (what the dashboard shows), the FATAL one with its close code.
+	wantWhy := map[uint32]string{
+		0: "closed by the Gateway with a fatal code",
+		1: "session invalidated (op 9)",
+		2: "zombie connection (heartbeat due, last one not acknowledged)",
+		3: "connection lost",
+	}
+	for _, s := range view.Shards {
+		if want, ok := wantWhy[s.ID]; ok && s.LastError != want {
+			t.Errorf("shard %d: last_error %q at the controller, want %q", s.ID, s.LastError, want)
+		}
+		if s.ID == 0 && s.CloseCode != 4004 {
+			t.Errorf("shard 0: close_code %d at the controller, want 4004", s.CloseCode)
+		}
 	}
 	time.Sleep(7 * time.Second) // longer than the backoff: a retry would show now
 	if got := l.identifiesOf(0); got != ids0 {
