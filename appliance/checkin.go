@@ -74,7 +74,7 @@ type ShardStatus struct {
 	// ResumeURL come together; Seq counts only with SeqValid.
 	SessionID string `json:"session_id,omitempty"` // ValidateSessionID
 	Seq       uint32 `json:"seq,omitempty"`        // last sequence; the kernel keeps 32 bits
-	ResumeURL string `json:"resume_url,omitempty"` // ValidateGatewayURL, at most MaxGatewayURLLen bytes
+	ResumeURL string `json:"resume_url,omitempty"` // the Gateway URL grammar, at most MaxDialURLLen bytes (a dial URL)
 }
 
 // CheckinRequest is the body of POST /v1/checkin (seed 004 plus DESIGN §5).
@@ -244,7 +244,8 @@ func jsonKind(k string) string {
 
 // ParseCheckinRequest decodes and validates a check-in body: JSON shape,
 // unknown fields, node ID, capacity 1..128, health counts 0..128 with a
-// sum no larger than the capacity, and each per-shard status. Errors are
+// sum no larger than the capacity, and each per-shard status (at most 256:
+// 128 live and 128 released with a session). Errors are
 // *FieldError naming the field, or ErrBodyTooLarge. Shard IDs are checked
 // against MaxTotalShards only; the controller checks them against its total.
 func ParseCheckinRequest(data []byte) (CheckinRequest, error) {
@@ -280,8 +281,10 @@ func (r *CheckinRequest) Validate() error {
 	if sum > r.Capacity {
 		return &FieldError{Field: "ready_shards", Reason: fmt.Sprintf("health counts sum to %d, more than capacity %d", sum, r.Capacity)}
 	}
-	if len(r.Shards) > MaxShardsPerNode {
-		return &FieldError{Field: "shards", Reason: fmt.Sprintf("%d entries, at most %d", len(r.Shards), MaxShardsPerNode)}
+	// A node reports its live shards and, once, the shards it released
+	// with a session: up to 128 of each in one check-in.
+	if len(r.Shards) > 2*MaxShardsPerNode {
+		return &FieldError{Field: "shards", Reason: fmt.Sprintf("%d entries, at most %d", len(r.Shards), 2*MaxShardsPerNode)}
 	}
 	seen := make(map[uint32]int, len(r.Shards))
 	for i := range r.Shards {
@@ -322,7 +325,9 @@ func (s *ShardStatus) validate() *FieldError {
 		if s.ResumeURL == "" {
 			return &FieldError{Field: "resume_url", Reason: "missing: session_id and resume_url come together"}
 		}
-		if err := ValidateGatewayURL(s.ResumeURL); err != nil {
+		// A node reports the URL it would dial: what GatewayDialURL made
+		// of resume_gateway_url, up to MaxDialURLLen bytes.
+		if err := validateGatewayURL(s.ResumeURL, MaxDialURLLen); err != nil {
 			return &FieldError{Field: "resume_url", Reason: err.Error()}
 		}
 	}

@@ -65,7 +65,7 @@ func TestParseCheckinRequest(t *testing.T) {
 		{"seq over 32 bits", `{"node_id":"a","capacity":1,"shards":[{"id":1,"state":"READY","seq":4294967296}]}`, "seq"},
 		{"resume wss", `{"node_id":"a","capacity":1,"shards":[{"id":1,"state":"READY","session_id":"s","resume_url":"wss://gateway.discord.gg"}]}`, "shards[0].resume_url"},
 		{"resume http", `{"node_id":"a","capacity":1,"shards":[{"id":1,"state":"READY","session_id":"s","resume_url":"http://h/"}]}`, "shards[0].resume_url"},
-		{"resume long", `{"node_id":"a","capacity":1,"shards":[{"id":1,"state":"READY","session_id":"s","resume_url":"ws://h/` + strings.Repeat("p", 195) + `"}]}`, "shards[0].resume_url"},
+		{"resume long", `{"node_id":"a","capacity":1,"shards":[{"id":1,"state":"READY","session_id":"s","resume_url":"ws://h/` + strings.Repeat("p", MaxDialURLLen-6) + `"}]}`, "shards[0].resume_url"},
 	}
 	for _, c := range bad {
 		_, err := ParseCheckinRequest([]byte(c.body))
@@ -79,13 +79,23 @@ func TestParseCheckinRequest(t *testing.T) {
 		}
 	}
 
+	// 128 live statuses and 128 released sessions fit; one more does not.
 	tooMany := CheckinRequest{NodeID: "a", Capacity: 128}
-	for i := 0; i < 129; i++ {
-		tooMany.Shards = append(tooMany.Shards, ShardStatus{ID: uint32(i), State: ShardReady})
+	for i := 0; i < 2*MaxShardsPerNode; i++ {
+		st := ShardStatus{ID: uint32(i), State: ShardReady}
+		if i >= MaxShardsPerNode {
+			st = ShardStatus{ID: uint32(i), State: ShardAssigned, SeqValid: true, SessionID: "s", ResumeURL: "ws://h/" + strings.Repeat("p", MaxDialURLLen-7)}
+		}
+		tooMany.Shards = append(tooMany.Shards, st)
 	}
 	body, _ := json.Marshal(tooMany)
+	if _, err := ParseCheckinRequest(body); err != nil {
+		t.Errorf("256 shard entries with %d-byte resume URLs: %v", MaxDialURLLen, err)
+	}
+	tooMany.Shards = append(tooMany.Shards, ShardStatus{ID: 2 * MaxShardsPerNode, State: ShardReady})
+	body, _ = json.Marshal(tooMany)
 	if _, err := ParseCheckinRequest(body); err == nil || !strings.HasPrefix(err.Error(), "shards:") {
-		t.Errorf("129 shard entries: %v", err)
+		t.Errorf("257 shard entries: %v", err)
 	}
 	withSession := `{"node_id":"a","capacity":2,"generation":9,"shards":[
 	 {"id":3,"state":"ASSIGNED","seq_valid":true,"close_code":4200,"session_id":"9b2c0e6f1d6a4c7e8f0a1b2c3d4e5f60","seq":4294967295,"resume_url":"ws://10.0.0.9:9000/resume"}]}`

@@ -39,8 +39,9 @@ const (
 // check-in self-test fills all 128 local slots and 128 released sessions
 // with the longest value each field of the check-in can take and runs
 // ctl_build_body twice: with 223-byte resume URLs (the most the kernel
-// holds: CTL_BODY_MAX is sized for them) and with 200-byte ones (the most
-// appliance.ValidateGatewayURL takes), printing that second body. The test
+// holds: CTL_BODY_MAX is sized for them) and with 219-byte ones (the
+// longest dial URL, appliance.MaxDialURLLen, what the controller takes),
+// printing that second body. The test
 // checks that neither build overflowed ctl_body or passed CTL_BODY_MAX, that
 // the printed length is the body's, that the body is at most
 // appliance.MaxCheckinBody, that appliance.ParseCheckinRequest (the
@@ -96,8 +97,8 @@ func TestKernelCheckinBodyWorstCase(t *testing.T) {
 	if kernelMax.url != checkinCTLRELURLMax(t, src) {
 		t.Errorf("kernel-max build used %d-byte resume URLs, CTLREL.resume_url holds %d", kernelMax.url, checkinCTLRELURLMax(t, src))
 	}
-	if wire.url != appliance.MaxGatewayURLLen {
-		t.Errorf("printed build used %d-byte resume URLs, want appliance.MaxGatewayURLLen (%d)", wire.url, appliance.MaxGatewayURLLen)
+	if wire.url != appliance.MaxDialURLLen {
+		t.Errorf("printed build used %d-byte resume URLs, want appliance.MaxDialURLLen (%d)", wire.url, appliance.MaxDialURLLen)
 	}
 	if kernelMax.len > bodyMax {
 		t.Errorf("largest body the kernel can build: %d bytes, over CTL_BODY_MAX (%d)", kernelMax.len, bodyMax)
@@ -191,7 +192,7 @@ func checkCkstShards(t *testing.T, r appliance.CheckinRequest, src fs.FS) {
 		} else {
 			j := i - ckstSlots
 			want.State, want.SeqValid = appliance.ShardAssigned, true
-			want.SessionID, want.Seq, want.ResumeURL = ckstSessionID(j), math.MaxUint32, ckstResumeURL(j, appliance.MaxGatewayURLLen)
+			want.SessionID, want.Seq, want.ResumeURL = ckstSessionID(j), math.MaxUint32, ckstResumeURL(j, appliance.MaxDialURLLen)
 		}
 		if s != want {
 			report("shards[%d] = %+v\nwant %+v", i, s, want)
@@ -271,7 +272,7 @@ func checkCkstEntryBounds(t *testing.T, body []byte, src fs.FS, urlGrow int) {
 		t.Errorf("the body without its entries is %d bytes, over CTL_BODY_HEAD_MAX (%d)", head, headMax)
 	}
 	t.Logf("head %d bytes (bound %d), status %d (bound %d), released %d with a %d-byte resume URL (bound %d)",
-		head, headMax, longest[0], statusMax, longest[1], appliance.MaxGatewayURLLen+urlGrow, releasedMax)
+		head, headMax, longest[0], statusMax, longest[1], appliance.MaxDialURLLen+urlGrow, releasedMax)
 }
 
 // checkinEqu reads "NAME equ NUMBER" from node/checkin.inc.
