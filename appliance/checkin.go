@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 )
 
@@ -123,6 +124,14 @@ type CheckinResponse struct {
 	// with Resume on ResumeURL instead of Identify, and falls back to a
 	// claimed Identify if the Resume fails.
 	Resume []ResumeState `json:"resume,omitempty"`
+	// RestartShards lists FATAL shards of this node's assignment that an
+	// operator asked to start again: the node moves each listed shard that
+	// it holds in state FATAL back to ASSIGNED (it then starts it with a
+	// fresh Identify through a claim) and ignores the others. The
+	// controller repeats the list in every answer until the node reports
+	// the shard in another state, or the shard leaves the node's
+	// assignment. Ascending, no duplicates, each in Assigned.
+	RestartShards []uint32 `json:"restart_shards,omitempty"`
 }
 
 // ResumeState is a resumable Gateway session the controller hands to a
@@ -207,6 +216,13 @@ func decodeStrict(data []byte, v any) error {
 	}
 	return nil
 }
+
+// DecodeStrict decodes one JSON object from data into v the way the
+// check-in parsers do: bodies over MaxCheckinBody bytes (ErrBodyTooLarge),
+// non-objects, unknown fields and trailing data are refused, and decoder
+// errors become a *FieldError naming the field. The API uses it for its
+// operator request bodies.
+func DecodeStrict(data []byte, v any) error { return decodeStrict(data, v) }
 
 // jsonFieldError maps an encoding/json error to a *FieldError.
 func jsonFieldError(err error) error {
@@ -332,6 +348,100 @@ func (s *ShardStatus) validate() *FieldError {
 		}
 	}
 	return nil
+}
+
+// ParseCheckinResponse decodes a check-in answer the way a strict client
+// does, unknown fields being errors, and checks it with Validate. Errors
+// are *FieldError naming the field, or ErrBodyTooLarge.
+func ParseCheckinResponse(data []byte) (CheckinResponse, error) {
+	var r CheckinResponse
+	if err := decodeStrict(data, &r); err != nil {
+		return CheckinResponse{}, err
+	}
+	if err := r.Validate(); err != nil {
+		return CheckinResponse{}, err
+	}
+	return r, nil
+}
+
+// Validate checks what nodes rely on in a check-in answer (docs/api.md):
+// total_shards is 1..MaxTotalShards; assigned is exactly the shards
+// range_start, ..., range_start+range_count-1, at most MaxShardsPerNode of
+// them and all below total_shards (range_start is 0 when there are none);
+// lease_seconds and max_concurrency are at least 1; pending is ascending,
+// without duplicates, and within assigned; gateway_url, when present, is a
+// dial URL (GatewayDialURL maps it to itself); each resume entry is for a
+// distinct shard of assigned that is not pending, with a valid session ID,
+// and a dial URL; restart_shards is ascending, without duplicates, and
+// within assigned. Errors are *FieldError naming the field.
+func (r *CheckinResponse) Validate() error {
+	if r.TotalShards < 1 || r.TotalShards > MaxTotalShards {
+		return &FieldError{Field: "total_shards", Reason: fmt.Sprintf("%d out of range 1..%d", r.TotalShards, MaxTotalShards)}
+	}
+	if r.RangeCount > MaxShardsPerNode {
+		return &FieldError{Field: "range_count", Reason: fmt.Sprintf("%d out of range 0..%d", r.RangeCount, MaxShardsPerNode)}
+	}
+	if r.RangeCount == 0 && r.RangeStart != 0 {
+		return &FieldError{Field: "range_start", Reason: fmt.Sprintf("%d with an empty range, want 0", r.RangeStart)}
+	}
+	if uint64(r.RangeStart)+uint64(r.RangeCount) > uint64(r.TotalShards) {
+		return &FieldError{Field: "range_count", Reason: fmt.Sprintf("range %d+%d runs past total_shards %d", r.RangeStart, r.RangeCount, r.TotalShards)}
+	}
+	if len(r.Assigned) != int(r.RangeCount) {
+		return &FieldError{Field: "assigned", Reason: fmt.Sprintf("%d shards, range_count says %d", len(r.Assigned), r.RangeCount)}
+	}
+	for i, s := range r.Assigned {
+		if s != r.RangeStart+uint32(i) {
+			return &FieldError{Field: fmt.Sprintf("assigned[%d]", i), Reason: fmt.Sprintf("%d, want %d: assigned is the range from range_start", s, r.RangeStart+uint32(i))}
+		}
+	}
+	if r.LeaseSeconds < 1 {
+		return &FieldError{Field: "lease_seconds", Reason: "0, want at least 1"}
+	}
+	if r.MaxConcurrency < 1 {
+		return &FieldError{Field: "max_concurrency", Reason: "0, want at least 1"}
+	}
+	inRange := func(s uint32) bool { return s >= r.RangeStart && s-r.RangeStart < r.RangeCount }
+	ascendingIn := func(field string, ids []uint32) error {
+		for i, s := range ids {
+			if i > 0 && s <= ids[i-1] {
+				return &FieldError{Field: fmt.Sprintf("%s[%d]", field, i), Reason: fmt.Sprintf("%d after %d: want ascending shard IDs without duplicates", s, ids[i-1])}
+			}
+			if !inRange(s) {
+				return &FieldError{Field: fmt.Sprintf("%s[%d]", field, i), Reason: fmt.Sprintf("shard %d is not in assigned", s)}
+			}
+		}
+		return nil
+	}
+	if err := ascendingIn("pending", r.Pending); err != nil {
+		return err
+	}
+	if r.GatewayURL != "" {
+		if d, err := GatewayDialURL(r.GatewayURL); err != nil || d != r.GatewayURL {
+			return &FieldError{Field: "gateway_url", Reason: fmt.Sprintf("%q is not a dial URL (ws://HOST[:PORT]/PATH?%s)", clip(r.GatewayURL), GatewayQuery)}
+		}
+	}
+	seen := make(map[uint32]int, len(r.Resume))
+	for i, rs := range r.Resume {
+		field := fmt.Sprintf("resume[%d]", i)
+		if !inRange(rs.ShardID) {
+			return &FieldError{Field: field + ".shard_id", Reason: fmt.Sprintf("shard %d is not in assigned", rs.ShardID)}
+		}
+		if _, pending := slices.BinarySearch(r.Pending, rs.ShardID); pending {
+			return &FieldError{Field: field + ".shard_id", Reason: fmt.Sprintf("shard %d is pending: it may not start yet", rs.ShardID)}
+		}
+		if j, dup := seen[rs.ShardID]; dup {
+			return &FieldError{Field: field + ".shard_id", Reason: fmt.Sprintf("shard %d already in resume[%d]", rs.ShardID, j)}
+		}
+		seen[rs.ShardID] = i
+		if err := ValidateSessionID(rs.SessionID); err != nil {
+			return &FieldError{Field: field + ".session_id", Reason: err.Error()}
+		}
+		if d, err := GatewayDialURL(rs.ResumeURL); err != nil || d != rs.ResumeURL {
+			return &FieldError{Field: field + ".resume_url", Reason: fmt.Sprintf("%q is not a dial URL (ws://HOST[:PORT]/PATH?%s)", clip(rs.ResumeURL), GatewayQuery)}
+		}
+	}
+	return ascendingIn("restart_shards", r.RestartShards)
 }
 
 // ParseIdentifyRequest decodes and validates an Identify claim body.

@@ -1,8 +1,11 @@
 package appliance
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -262,7 +265,7 @@ func TestValidateSessionID(t *testing.T) {
 // the same document as before).
 func TestCheckinResponseJSON(t *testing.T) {
 	bare, _ := json.Marshal(CheckinResponse{Assigned: []uint32{}, Pending: []uint32{}})
-	for _, k := range []string{"gateway_url", "bot_token", "intents", "resume"} {
+	for _, k := range []string{"gateway_url", "bot_token", "intents", "resume", "restart_shards"} {
 		if strings.Contains(string(bare), k) {
 			t.Errorf("empty %s not left out: %s", k, bare)
 		}
@@ -272,6 +275,77 @@ func TestCheckinResponseJSON(t *testing.T) {
 	want := `"gateway_url":"ws://h/?v=10\u0026encoding=json","bot_token":"tok","intents":513,"resume":[{"shard_id":4,"session_id":"s1","seq":7,"resume_url":"ws://h/resume?v=10\u0026encoding=json"}]}`
 	if !strings.HasSuffix(string(full), want) {
 		t.Errorf("response JSON\n%s\nwant suffix\n%s", full, want)
+	}
+	restart, _ := json.Marshal(CheckinResponse{Assigned: []uint32{3, 4}, Pending: []uint32{}, RestartShards: []uint32{3, 4}})
+	if want := `"next_checkin_ms":0,"restart_shards":[3,4]}`; !strings.HasSuffix(string(restart), want) {
+		t.Errorf("response JSON\n%s\nwant suffix\n%s", restart, want)
+	}
+}
+
+// goodResponse is a check-in answer with every field set, as the
+// controller writes it.
+const goodResponse = `{"generation":4,"total_shards":64,"assigned":[16,17,18,19,20,21,22,23],
+ "range_start":16,"range_count":8,"pending":[22,23],"lease_seconds":30,"max_concurrency":1,"next_checkin_ms":1000,
+ "gateway_url":"ws://10.0.0.9:9000/?v=10&encoding=json","bot_token":"MTA5.x","intents":513,
+ "resume":[{"shard_id":16,"session_id":"9b2c0e6f","seq":1337,"resume_url":"ws://10.0.0.9:9000/resume?v=10&encoding=json"}],
+ "restart_shards":[17,20]}`
+
+func TestParseCheckinResponse(t *testing.T) {
+	r, err := ParseCheckinResponse([]byte(goodResponse))
+	if err != nil {
+		t.Fatalf("good answer: %v", err)
+	}
+	if !reflect.DeepEqual(r.RestartShards, []uint32{17, 20}) || len(r.Resume) != 1 || !reflect.DeepEqual(r.Pending, []uint32{22, 23}) {
+		t.Fatalf("decoded as %+v", r)
+	}
+	again, _ := json.Marshal(r)
+	if r2, err := ParseCheckinResponse(again); err != nil || !reflect.DeepEqual(r, r2) {
+		t.Fatalf("round trip of %s: %+v, %v", again, r2, err)
+	}
+	empty := `{"generation":1,"total_shards":4,"assigned":[],"range_start":0,"range_count":0,"pending":[],"lease_seconds":30,"max_concurrency":1,"next_checkin_ms":10000}`
+	if _, err := ParseCheckinResponse([]byte(empty)); err != nil {
+		t.Fatalf("empty assignment: %v", err)
+	}
+
+	// Each case replaces one part of goodResponse.
+	bad := []struct {
+		name, from, to, field string
+	}{
+		{"unknown field", `"restart_shards"`, `"restart":[1],"restart_shards"`, "restart"},
+		{"restart not array", `"restart_shards":[17,20]`, `"restart_shards":17`, "restart_shards"},
+		{"restart negative", `"restart_shards":[17,20]`, `"restart_shards":[-1]`, "restart_shards"},
+		{"restart descending", `"restart_shards":[17,20]`, `"restart_shards":[20,17]`, "restart_shards[1]"},
+		{"restart duplicate", `"restart_shards":[17,20]`, `"restart_shards":[17,17]`, "restart_shards[1]"},
+		{"restart below assigned", `"restart_shards":[17,20]`, `"restart_shards":[15]`, "restart_shards[0]"},
+		{"restart above assigned", `"restart_shards":[17,20]`, `"restart_shards":[17,24]`, "restart_shards[1]"},
+		{"pending outside", `"pending":[22,23]`, `"pending":[22,30]`, "pending[1]"},
+		{"pending duplicate", `"pending":[22,23]`, `"pending":[22,22]`, "pending[1]"},
+		{"assigned gap", `[16,17,18,19,20,21,22,23]`, `[16,17,18,19,20,21,22,24]`, "assigned[7]"},
+		{"assigned short", `"range_count":8`, `"range_count":9`, "assigned"},
+		{"range past total", `"total_shards":64`, `"total_shards":20`, "range_count"},
+		{"total zero", `"total_shards":64`, `"total_shards":0`, "total_shards"},
+		{"lease zero", `"lease_seconds":30`, `"lease_seconds":0`, "lease_seconds"},
+		{"resume pending", `"shard_id":16`, `"shard_id":22`, "resume[0].shard_id"},
+		{"resume outside", `"shard_id":16`, `"shard_id":2`, "resume[0].shard_id"},
+		{"resume url not dial", `"resume_url":"ws://10.0.0.9:9000/resume?v=10&encoding=json"`, `"resume_url":"ws://10.0.0.9:9000/resume"`, "resume[0].resume_url"},
+		{"gateway wss", `"gateway_url":"ws://10.0.0.9:9000/?v=10&encoding=json"`, `"gateway_url":"wss://gateway.discord.gg/?v=10&encoding=json"`, "gateway_url"},
+		{"trailing", `"restart_shards":[17,20]}`, `"restart_shards":[17,20]} {}`, ""},
+	}
+	for _, c := range bad {
+		if !strings.Contains(goodResponse, c.from) {
+			t.Fatalf("%s: %q not in the good answer", c.name, c.from)
+		}
+		_, err := ParseCheckinResponse([]byte(strings.Replace(goodResponse, c.from, c.to, 1)))
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Field != c.field {
+			t.Errorf("%s: got %v, want a *FieldError for %q", c.name, err, c.field)
+		}
+	}
+	// A second resume entry for the same shard.
+	dup := strings.Replace(goodResponse, `}],`, `},{"shard_id":16,"session_id":"s","seq":1,"resume_url":"ws://h/?v=10&encoding=json"}],`, 1)
+	var fe *FieldError
+	if _, err := ParseCheckinResponse([]byte(dup)); !errors.As(err, &fe) || fe.Field != "resume[1].shard_id" {
+		t.Errorf("duplicate resume entry: %v", err)
 	}
 }
 
@@ -297,6 +371,64 @@ func FuzzGatewayDialURL(f *testing.F) {
 			if d != u+"/?"+GatewayQuery {
 				t.Fatalf("%q -> %q", u, d)
 			}
+		}
+	})
+}
+
+// FuzzParseCheckinResponse checks that the strict decoder never panics,
+// that every rejection is a *FieldError or ErrBodyTooLarge, and that every
+// accepted answer keeps the invariants nodes rely on (restart_shards and
+// pending ascending within assigned, resume entries startable) and
+// survives a round trip unchanged.
+func FuzzParseCheckinResponse(f *testing.F) {
+	f.Add([]byte(goodResponse))
+	f.Add([]byte(`{"generation":1,"total_shards":4,"assigned":[0,1],"range_start":0,"range_count":2,"pending":[],"lease_seconds":30,"max_concurrency":1,"next_checkin_ms":10000,"restart_shards":[1]}`))
+	f.Add([]byte(`{"generation":1,"total_shards":4,"assigned":[0,1],"range_start":0,"range_count":2,"pending":[],"lease_seconds":30,"max_concurrency":1,"restart_shards":[1,1]}`))
+	f.Add([]byte(`{"generation":1,"total_shards":4,"assigned":[2,3],"range_start":2,"range_count":2,"pending":[3],"lease_seconds":1,"max_concurrency":2,"restart_shards":[0],"x":1}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := ParseCheckinResponse(data)
+		if err != nil {
+			var fe *FieldError
+			if !errors.As(err, &fe) && !errors.Is(err, ErrBodyTooLarge) {
+				t.Fatalf("error %T %v is neither *FieldError nor ErrBodyTooLarge", err, err)
+			}
+			return
+		}
+		assigned := map[uint32]bool{}
+		for _, s := range r.Assigned {
+			if s >= r.TotalShards || assigned[s] {
+				t.Fatalf("accepted assigned %v with total %d", r.Assigned, r.TotalShards)
+			}
+			assigned[s] = true
+		}
+		pending := map[uint32]bool{}
+		for i, s := range r.Pending {
+			if !assigned[s] || i > 0 && s <= r.Pending[i-1] {
+				t.Fatalf("accepted pending %v with assigned %v", r.Pending, r.Assigned)
+			}
+			pending[s] = true
+		}
+		for i, s := range r.RestartShards {
+			if !assigned[s] || i > 0 && s <= r.RestartShards[i-1] {
+				t.Fatalf("accepted restart_shards %v with assigned %v", r.RestartShards, r.Assigned)
+			}
+		}
+		for _, rs := range r.Resume {
+			if !assigned[rs.ShardID] || pending[rs.ShardID] || ValidateSessionID(rs.SessionID) != nil {
+				t.Fatalf("accepted resume entry %+v", rs)
+			}
+		}
+		again, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r2, err := ParseCheckinResponse(again)
+		if err != nil {
+			t.Fatalf("round trip of %s: %v", again, err)
+		}
+		if third, _ := json.Marshal(r2); !bytes.Equal(third, again) || !slices.Equal(r.RestartShards, r2.RestartShards) ||
+			!slices.Equal(r.Pending, r2.Pending) || !slices.Equal(r.Assigned, r2.Assigned) || len(r.Resume) != len(r2.Resume) {
+			t.Fatalf("round trip changed %+v into %+v", r, r2)
 		}
 	})
 }
