@@ -18,6 +18,33 @@ func itoa64(v int64) string  { return strconv.FormatInt(v, 10) }
 func utoa(v uint32) string   { return strconv.FormatUint(uint64(v), 10) }
 func utoa64(v uint64) string { return strconv.FormatUint(v, 10) }
 
+// fatalWhy says why a FATAL shard stopped, as far as its node reported:
+// " closed with 4004 authentication failed (fatal), last error: ...".
+func fatalWhy(s view.ShardRow) string {
+	out := ""
+	if s.CloseCode != 0 {
+		out = " closed with " + strconv.Itoa(int(s.CloseCode))
+		if s.CloseText != "" {
+			out += " " + s.CloseText
+		}
+	}
+	if s.LastError != "" {
+		if out != "" {
+			out += ","
+		}
+		out += " last error: " + s.LastError
+	}
+	return out
+}
+
+// count is "1 shard", "2 shards": n and a noun in the number n needs.
+func count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
+}
+
 // cellOpen and cellClose frame one shard-map cell; precomputed per state
 // because a large map has thousands of cells.
 var cellHTML = func() (out [view.NumStates]string) {

@@ -321,14 +321,52 @@ func TestBrowser(t *testing.T) {
 	}
 	screenshot(t, tab2, filepath.Join(out, "events.png"))
 
+	// Restart FATAL shards: shard 300 has been FATAL since the start. Its
+	// node's page offers the control, the confirmation names the shard,
+	// and after the confirmed POST the shard's card says the restart is
+	// requested until the node takes it up; then, without a reload, the
+	// note and the control go.
+	fatalNode := ""
+	for _, n := range f.ctrl.Nodes() {
+		if n.Live && n.RangeStart <= 300 && 300 < n.RangeStart+n.RangeCount {
+			fatalNode = n.ID
+		}
+	}
+	steps(t, tab2, "the node page with a FATAL shard", chromedp.Navigate(base+"/nodes/"+fatalNode))
+	waitJS(t, tab2, "the restart control", byID("restart-fatal"))
+	if label := evalJS[string](t, tab2, `document.getElementById('restart-fatal').textContent`); label != "Restart FATAL shards…" {
+		t.Fatalf("restart control labelled %q", label)
+	}
+	steps(t, tab2, "restart button", chromedp.Click(chromedp.ID("restart-fatal")))
+	waitJS(t, tab2, "the restart confirmation", byID("restart-list"))
+	if list := evalJS[string](t, tab2, `document.getElementById('restart-list').innerText`); !strings.Contains(list, "#300") {
+		t.Fatalf("restart confirmation does not name shard 300:\n%s", list)
+	}
+	screenshot(t, tab2, filepath.Join(out, "restart-confirm.png"))
+	steps(t, tab2, "confirming the restart", chromedp.Click(chromedp.ID("confirm")))
+	const cardNote = `Array.from(document.querySelectorAll('#node-shards li.shard')).some(li => li.querySelector('.sid').textContent === '#300' && li.textContent.includes('restart requested'))`
+	waitJS(t, tab2, "the restart request on shard 300's card", cardNote)
+	if d, _ := f.ctrl.Node(context.Background(), fatalNode); len(d.RestartShards) != 1 || d.RestartShards[0] != 300 {
+		t.Fatalf("%s's restart requests after the confirmation: %v", fatalNode, d.RestartShards)
+	}
+	screenshot(t, tab2, filepath.Join(out, "restart-requested.png"))
+	evalJS[int](t, tab2, `window.__noReload = 9`)
+	f.settle(ids...) // the node takes the request up: shard 300 READY
+	waitJS(t, tab2, "the restart taken up", `!document.getElementById('restart-fatal') && !(`+cardNote+`)`)
+	if m := evalJS[int](t, tab2, `window.__noReload || 0`); m != 9 {
+		t.Fatal("the node page reloaded; live updates should have changed it in place")
+	}
+
 	// Forged POSTs: a same-origin script without the token, and a form on
 	// another origin that submits itself to the drain endpoint.
 	fctx, cancelF := context.WithTimeout(tab2, browserWait)
 	defer cancelF()
-	status, err := chromedp.Run(fctx, chromedp.Evaluate[int](`fetch('/nodes/`+ids[2]+`/drain', {method: 'POST', body: new URLSearchParams({csrf: 'forged'})}).then(r => r.status)`,
-		chromedp.EvalAwaitPromise))
-	if err != nil || status != http.StatusForbidden {
-		t.Fatalf("forged same-origin POST: status %d, %v; want 403", status, err)
+	for _, action := range []string{"drain", "restart-fatal"} {
+		status, err := chromedp.Run(fctx, chromedp.Evaluate[int](`fetch('/nodes/`+ids[2]+`/`+action+`', {method: 'POST', body: new URLSearchParams({csrf: 'forged'})}).then(r => r.status)`,
+			chromedp.EvalAwaitPromise))
+		if err != nil || status != http.StatusForbidden {
+			t.Fatalf("forged same-origin POST to %s: status %d, %v; want 403", action, status, err)
+		}
 	}
 	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html")

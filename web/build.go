@@ -271,7 +271,8 @@ func stateOfReport(s appliance.ShardState) view.State {
 }
 
 // BuildShardRows lists a node's shards: its range (state from the shard
-// map) and any shard it reported on outside it (being released).
+// map) and any shard it reported on outside it (being released). Shards
+// with a pending restart request are marked.
 func BuildShardRows(d controller.NodeDetail, m controller.ShardMapView) ([]view.ShardRow, [view.NumStates]int) {
 	byID := map[uint32]appliance.ShardStatus{}
 	for _, st := range d.Shards {
@@ -282,6 +283,7 @@ func BuildShardRows(d controller.NodeDetail, m controller.ShardMapView) ([]view.
 	seen := map[uint32]bool{}
 	addRow := func(id uint32, state view.State) {
 		r := view.ShardRow{ID: id, State: state}
+		_, r.RestartRequested = slices.BinarySearch(d.RestartShards, id)
 		if st, ok := byID[id]; ok {
 			r.Reported, r.SeqValid, r.Acks, r.Misses = string(st.State), st.SeqValid, st.HeartbeatAcks, st.HeartbeatMisses
 			r.Reconnects, r.LastError, r.CloseCode, r.CloseText = st.Reconnects, st.LastError, st.CloseCode, closeText(st.CloseCode)
@@ -302,6 +304,19 @@ func BuildShardRows(d controller.NodeDetail, m controller.ShardMapView) ([]view.
 	}
 	slices.SortFunc(rows, func(a, b view.ShardRow) int { return cmp.Compare(a.ID, b.ID) })
 	return rows, counts
+}
+
+// FatalInRange returns the rows of the FATAL shards in a node's
+// assignment: the ones "Restart FATAL shards" asks it to start again
+// (controller.RestartFatal).
+func FatalInRange(d controller.NodeDetail, rows []view.ShardRow) []view.ShardRow {
+	var out []view.ShardRow
+	for _, r := range rows {
+		if r.State == view.Fatal && r.ID >= d.RangeStart && r.ID-d.RangeStart < d.RangeCount {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // BuildEventRows formats audit-log entries.

@@ -128,6 +128,18 @@ func (f *testFleet) checkin(id string) int {
 	if err != nil {
 		f.t.Fatalf("checkin %s: %v", id, err)
 	}
+	if err := resp.Validate(); err != nil {
+		f.t.Fatalf("checkin %s: answer: %v", id, err)
+	}
+	// Restart requests are taken up as the kernel does: a listed shard
+	// reported FATAL starts again, here READY from the next check-in on.
+	f.mu.Lock()
+	for _, s := range resp.RestartShards {
+		if f.state[fmt.Sprint(s)] == appliance.ShardFatal {
+			delete(f.state, fmt.Sprint(s))
+		}
+	}
+	f.mu.Unlock()
 	pending := map[uint32]bool{}
 	for _, s := range resp.Pending {
 		pending[s] = true

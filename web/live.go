@@ -315,6 +315,7 @@ func (s *Server) renderTopic(ctx context.Context, key string) (rendered, error) 
 		}
 		v.Row.Lease.Stable, v.Row.LastCheckin.Stable, v.StatusAt.Stable = true, true, true
 		coarse["node-summary"] = templates.NodeSummary(v)
+		coarse["node-actions"] = templates.NodeActions(v)
 		coarse["node-shards"] = templates.NodeShards(v)
 	default:
 		return rendered{}, fmt.Errorf("unknown topic %q", key)

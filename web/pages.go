@@ -222,6 +222,7 @@ func (s *Server) nodeView(ctx context.Context, p view.Page, id string, withEvent
 	}
 	v.StatusAt = view.Moment{At: d.StatusAt, Now: now}
 	v.Shards, v.Counts = BuildShardRows(d, c.ShardMap())
+	v.Restartable = len(FatalInRange(d, v.Shards))
 	if withEvents {
 		v.Boot = s.nodeBoot(ctx, id, now)
 		boot = BootSummary{MAC: v.Boot.MAC, Firmware: v.Boot.Firmware}
@@ -282,6 +283,52 @@ func (s *Server) drain(on bool) http.HandlerFunc {
 		s.log.Info("dashboard: "+verb, "node", id, "remote", r.RemoteAddr)
 		http.Redirect(w, r, "/nodes/"+url.PathEscape(id)+"?done="+url.QueryEscape(verb+":"+id), http.StatusSeeOther)
 	}
+}
+
+// restartConfirm asks before restarting a node's FATAL shards and lists
+// them with their close codes.
+func (s *Server) restartConfirm(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	c := s.cfg.Controller
+	d, err := c.Node(r.Context(), id)
+	if err != nil {
+		s.controllerProblem(w, r, err)
+		return
+	}
+	rows, _ := BuildShardRows(d, c.ShardMap())
+	v := view.RestartConfirm{Page: s.page(r, "Restart FATAL shards of "+id, "nodes"), NodeID: id, Live: d.Live,
+		Shards: FatalInRange(d, rows)}
+	for _, sr := range v.Shards {
+		if sr.RestartRequested {
+			v.Requested++
+		}
+	}
+	s.render(w, r, http.StatusOK, templates.RestartConfirmPage(v))
+}
+
+// restartFatal records a restart request for every FATAL shard of the
+// node's assignment (controller.RestartFatal).
+func (s *Server) restartFatal(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	shards, err := s.cfg.Controller.RestartFatal(r.Context(), id, nil)
+	if errors.Is(err, controller.ErrNotLive) {
+		s.problem(w, r, http.StatusConflict, "Node "+id+" is not live",
+			"Node "+id+" has no valid lease, so it runs no shard to restart. Its shards start afresh when it checks in again.")
+		return
+	}
+	if err != nil {
+		s.controllerProblem(w, r, err)
+		return
+	}
+	s.log.Info("dashboard: restart of FATAL shards", "node", id, "shards", len(shards), "remote", r.RemoteAddr)
+	done := "restart:" + id + ":"
+	for i, sh := range shards {
+		if i > 0 {
+			done += ","
+		}
+		done += strconv.FormatUint(uint64(sh), 10)
+	}
+	http.Redirect(w, r, "/nodes/"+url.PathEscape(id)+"?done="+url.QueryEscape(done), http.StatusSeeOther)
 }
 
 func (s *Server) guild(w http.ResponseWriter, r *http.Request) {

@@ -106,6 +106,8 @@ func (s *Server) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /nodes/{id}/undrain", s.authed(s.drainConfirm(false)))
 	mux.HandleFunc("POST /nodes/{id}/drain", s.authed(s.drain(true)))
 	mux.HandleFunc("POST /nodes/{id}/undrain", s.authed(s.drain(false)))
+	mux.HandleFunc("GET /nodes/{id}/restart-fatal", s.authed(s.restartConfirm))
+	mux.HandleFunc("POST /nodes/{id}/restart-fatal", s.authed(s.restartFatal))
 	mux.HandleFunc("GET /guild", s.authed(s.guild))
 	mux.HandleFunc("GET /events", s.authed(s.events))
 	mux.HandleFunc("GET /discovered", s.authed(s.discovered))
@@ -192,6 +194,16 @@ func flashText(code string) string {
 		return "Node " + id + " is draining: its shards move to other nodes."
 	case "undrain":
 		return "Node " + id + " takes shards again."
+	case "restart":
+		node, shards, _ := strings.Cut(id, ":")
+		if shards == "" {
+			return "Node " + node + " has no FATAL shard to restart."
+		}
+		what := "shard " + shards
+		if strings.Contains(shards, ",") {
+			what = "shards " + strings.ReplaceAll(shards, ",", ", ")
+		}
+		return "Node " + node + " is asked to start " + what + " again, with a fresh Identify, at its next check-in."
 	case "approve":
 		return "Approved " + id + "; it boots the shard kernel at its next network boot."
 	case "ignore":

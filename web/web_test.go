@@ -38,6 +38,8 @@ func TestLoginRequired(t *testing.T) {
 		{"GET", "/nodes?sort=id", http.StatusSeeOther, "/login?next=%2Fnodes%3Fsort%3Did"},
 		{"GET", "/live?topic=fleet", http.StatusUnauthorized, ""},
 		{"POST", "/nodes/x/drain", http.StatusUnauthorized, ""},
+		{"GET", "/nodes/x/restart-fatal", http.StatusSeeOther, "/login?next=%2Fnodes%2Fx%2Frestart-fatal"},
+		{"POST", "/nodes/x/restart-fatal", http.StatusUnauthorized, ""},
 	} {
 		req, _ := http.NewRequest(tc.method, f.srv.URL+tc.path, nil)
 		resp, err := c.Do(req)

@@ -1,7 +1,7 @@
 // Package api is the controller's HTTP API (docs/api.md): node check-in and
 // Identify claims authenticated by per-node credentials, and the operator's
-// endpoints (inventory, drain, plan, routing, events, budget, Gateway
-// settings) authenticated
+// endpoints (inventory, drain, restart of FATAL shards, plan, routing,
+// events, budget, Gateway settings) authenticated
 // by the admin token. Handlers mount on a caller's *http.ServeMux, so the
 // netboot services and the dashboard can share the listener.
 package api
@@ -78,6 +78,7 @@ func (s *Server) Register(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/nodes/{id}/drain", s.admin(s.drain(true)))
 	mux.HandleFunc("POST /v1/nodes/{id}/undrain", s.admin(s.drain(false)))
 	mux.HandleFunc("POST /v1/nodes/{id}/credential", s.admin(s.rotate))
+	mux.HandleFunc("POST /v1/nodes/{id}/restart-fatal", s.admin(s.restartFatal))
 	mux.HandleFunc("GET /v1/plan", s.admin(s.plan))
 	mux.HandleFunc("GET /v1/events", s.admin(s.events))
 	mux.HandleFunc("GET /v1/budget", s.admin(s.budget))
@@ -247,6 +248,8 @@ func (s *Server) controllerError(w http.ResponseWriter, r *http.Request, err err
 		badRequest(w, err)
 	case errors.Is(err, controller.ErrUnknownNode):
 		writeError(w, http.StatusNotFound, "", err.Error())
+	case errors.Is(err, controller.ErrNotLive):
+		writeError(w, http.StatusConflict, "", err.Error())
 	case errors.Is(err, controller.ErrConfig):
 		writeError(w, http.StatusBadRequest, "", err.Error())
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
@@ -419,6 +422,48 @@ func (s *Server) drain(on bool) http.HandlerFunc {
 			return
 		}
 		writeJSON(w, http.StatusOK, d.NodeView)
+	}
+}
+
+// RestartFatalRequest is the optional body of POST
+// /v1/nodes/{id}/restart-fatal: without it (or with shards absent or
+// null) every FATAL shard of the node is restarted.
+type RestartFatalRequest struct {
+	Shards []uint32 `json:"shards"`
+}
+
+// RestartFatalResponse answers POST /v1/nodes/{id}/restart-fatal: the
+// shards the node is now asked to start again, ascending (maybe none).
+type RestartFatalResponse struct {
+	NodeID        string   `json:"node_id"`
+	RestartShards []uint32 `json:"restart_shards"`
+}
+
+// restartFatal asks a live node to start its FATAL shards again (all, or
+// those the body lists; each must be FATAL there). The request is in the
+// controller's memory until the node takes it up (docs/api.md).
+func (s *Server) restartFatal(w http.ResponseWriter, r *http.Request) {
+	body, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	var req RestartFatalRequest
+	if len(bytes.TrimSpace(body)) > 0 {
+		if err := appliance.DecodeStrict(body, &req); err != nil {
+			badRequest(w, err)
+			return
+		}
+	}
+	id := r.PathValue("id")
+	shards, err := s.c.RestartFatal(r.Context(), id, req.Shards)
+	var nf *controller.NotFatalError
+	switch {
+	case errors.As(err, &nf):
+		writeError(w, http.StatusConflict, fmt.Sprintf("shards[%d]", nf.Index), nf.Error())
+	case err != nil:
+		s.controllerError(w, r, err)
+	default:
+		writeJSON(w, http.StatusOK, RestartFatalResponse{NodeID: id, RestartShards: shards})
 	}
 }
 

@@ -38,7 +38,9 @@ func (s *syncBuffer) String() string {
 }
 
 // strictCheckin posts a check-in and decodes the answer the way a strict
-// client does: unknown fields are errors. It returns the raw body too.
+// client does: unknown fields are errors, and the answer must keep the
+// invariants nodes rely on (appliance.CheckinResponse.Validate). It
+// returns the raw body too.
 func strictCheckin(t *testing.T, url, cred, body string) (int, appliance.CheckinResponse, string) {
 	t.Helper()
 	req, _ := http.NewRequest("POST", url+"/v1/checkin", strings.NewReader(body))
@@ -51,9 +53,7 @@ func strictCheckin(t *testing.T, url, cred, body string) (int, appliance.Checkin
 	raw, _ := io.ReadAll(resp.Body)
 	var out appliance.CheckinResponse
 	if resp.StatusCode == 200 {
-		dec := json.NewDecoder(bytes.NewReader(raw))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&out); err != nil {
+		if out, err = appliance.ParseCheckinResponse(raw); err != nil {
 			t.Fatalf("strict decode of %s: %v", raw, err)
 		}
 	}

@@ -77,6 +77,9 @@ func (c *Controller) Checkin(ctx context.Context, req *appliance.CheckinRequest,
 		c.stage.status[n] = struct{}{}
 	}
 
+	if len(n.restart) > 0 && len(req.Shards) > 0 {
+		c.settleRestartsLocked(t, n, req.Shards)
+	}
 	c.noteReadyLocked(req.Shards)
 	if len(c.handoffs) > 0 && len(req.Shards) > 0 {
 		c.settleHandoffsLocked(n, req.Shards)
@@ -107,6 +110,9 @@ func (c *Controller) Checkin(ctx context.Context, req *appliance.CheckinRequest,
 		MaxConcurrency: c.cfg.MaxConcurrency,
 	}
 	c.gatewayFieldsLocked(&resp)
+	if len(n.restart) > 0 {
+		resp.RestartShards = c.restartsLocked(n)
+	}
 	grew := false
 	for s := n.plan.Start; s < n.plan.Start+n.plan.Count; s++ {
 		resp.Assigned = append(resp.Assigned, s)

@@ -77,6 +77,12 @@ const (
 	EventGatewayShards = "gateway_shards"
 	// EventGatewayConcurrency: max_concurrency changed (GET /gateway/bot).
 	EventGatewayConcurrency = "max_concurrency_set"
+	// EventRestartRequested: an operator asked a node to start a FATAL
+	// shard again (RestartFatal); one event per shard.
+	EventRestartRequested = "restart_requested"
+	// EventShardRestarted: a shard with a restart request came back from
+	// FATAL (its node reported another state, or claimed an Identify).
+	EventShardRestarted = "shard_restarted"
 )
 
 // Errors.
@@ -176,6 +182,9 @@ type node struct {
 	status        []appliance.ShardStatus
 	statusAt      time.Time
 	lastRefusalEv time.Time
+	// restart lists the shards of n's assignment an operator asked to
+	// start again from FATAL, ascending (restart.go). In memory only.
+	restart []uint32
 }
 
 // Controller is the fleet's control plane. Its methods are safe for
@@ -480,6 +489,9 @@ func (c *Controller) expireLocked(t time.Time, n *node) {
 	n.held = nil
 	n.plan = Range{}
 	n.status = nil
+	if len(n.restart) > 0 {
+		c.pruneRestartsLocked(n, "lease expired")
+	}
 	c.dirty = true
 	c.stageNodeLocked(n)
 	c.eventLocked(t, EventLeaseExpired, n.id, nil, fmt.Sprintf("last check-in %s", n.lastSeen.Format(time.RFC3339Nano)))
@@ -518,6 +530,9 @@ func (c *Controller) rebalanceLocked(t time.Time) {
 	changed := !SameAssignment(ids, old, ids, next) || c.assignedTotalLocked() != sumCounts(next)
 	for i, n := range c.live {
 		n.plan = next[i]
+		if len(n.restart) > 0 {
+			c.pruneRestartsLocked(n, "the shards left the node's assignment")
+		}
 	}
 	if !changed {
 		return

@@ -99,6 +99,9 @@ func (h *harness) checkin(id string, capacity int, gen uint64) appliance.Checkin
 	if err := h.c.CheckInvariants(); err != nil {
 		h.t.Fatal(err)
 	}
+	if err := resp.Validate(); err != nil {
+		h.t.Fatalf("checkin %s: answer %+v: %v", id, resp, err)
+	}
 	return resp
 }
 

@@ -168,7 +168,8 @@ func (c *Controller) IdentifyActivity(ctx context.Context, since time.Time) ([]B
 
 // EventKinds lists every audit-log kind the controller writes.
 var EventKinds = []string{EventNodeFirstSeen, EventLeaseExpired, EventDrain, EventUndrain, EventPlanChanged,
-	EventIdentifyGranted, EventIdentifyRefused, EventNodeAdded, EventControllerStart, EventBudgetConfigured}
+	EventIdentifyGranted, EventIdentifyRefused, EventNodeAdded, EventControllerStart, EventBudgetConfigured,
+	EventResumeHandoff, EventGatewayShards, EventGatewayConcurrency, EventRestartRequested, EventShardRestarted}
 
 // EventFilter selects audit-log entries for EventLog. Empty fields match
 // everything.

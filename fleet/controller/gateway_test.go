@@ -23,6 +23,9 @@ func (h *harness) checkinWith(id string, capacity int, gen uint64, shards ...app
 	if err := h.c.CheckInvariants(); err != nil {
 		h.t.Fatal(err)
 	}
+	if err := resp.Validate(); err != nil {
+		h.t.Fatalf("checkin %s: answer %+v: %v", id, resp, err)
+	}
 	return resp
 }
 

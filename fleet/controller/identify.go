@@ -42,6 +42,10 @@ func (c *Controller) Identify(ctx context.Context, req appliance.IdentifyRequest
 	if req.ShardID >= c.cfg.TotalShards || !n.live || c.holder[req.ShardID] != n || !n.plan.Contains(req.ShardID) {
 		return refuse(appliance.ReasonNotOwner, settleCheckin)
 	}
+	if len(n.restart) > 0 {
+		// A FATAL shard never claims: the node took the restart up.
+		c.restartDoneLocked(t, n, req.ShardID, "claimed an Identify")
+	}
 	c.refillBudgetLocked(t)
 	if last := c.lastGrant[bucket]; !last.IsZero() && t.Sub(last) < c.cfg.IdentifyWindow {
 		return refuse(appliance.ReasonBucketBusy, last.Add(c.cfg.IdentifyWindow).Sub(t))

@@ -156,6 +156,9 @@ func runSimulation(t *testing.T, seed uint64, size simSize) {
 		if err != nil {
 			t.Fatalf("seed %d: checkin %s: %v", seed, n.id, err)
 		}
+		if err := resp.Validate(); err != nil {
+			t.Fatalf("seed %d: checkin %s: answer %+v: %v", seed, n.id, resp, err)
+		}
 		checkins++
 		if rng.IntN(50) == 0 {
 			// The answer is lost: the controller acted on the request, the

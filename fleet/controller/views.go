@@ -38,6 +38,9 @@ type NodeDetail struct {
 	NodeView
 	StatusAt time.Time               `json:"status_at,omitzero"`
 	Shards   []appliance.ShardStatus `json:"shards"`
+	// RestartShards are the node's pending requests to start a FATAL
+	// shard again (POST /v1/nodes/{id}/restart-fatal), ascending.
+	RestartShards []uint32 `json:"restart_shards,omitempty"`
 }
 
 func (c *Controller) viewLocked(n *node) NodeView {
@@ -81,7 +84,8 @@ func (c *Controller) Node(ctx context.Context, id string) (NodeDetail, error) {
 		c.mu.Unlock()
 		return NodeDetail{}, fmt.Errorf("node %s: %w", id, ErrUnknownNode)
 	}
-	d := NodeDetail{NodeView: c.viewLocked(n), StatusAt: n.statusAt, Shards: slices.Clone(n.status)}
+	d := NodeDetail{NodeView: c.viewLocked(n), StatusAt: n.statusAt, Shards: slices.Clone(n.status),
+		RestartShards: slices.Clone(n.restart)}
 	c.mu.Unlock()
 	if d.Shards == nil {
 		rows, err := c.st.ShardStatuses(ctx, id)

@@ -191,8 +191,9 @@ func (s *simNode) checkin(ctx context.Context) (appliance.CheckinResponse, error
 }
 
 // apply stops the shards the answer no longer assigns, starts the
-// assigned ones that are not pending, and records the generation as
-// applied (reported in the next check-in, which releases what it stopped).
+// assigned ones that are not pending (and the FATAL ones it asks to
+// restart, afresh), and records the generation as applied (reported in the
+// next check-in, which releases what it stopped).
 func (s *simNode) apply(ctx context.Context, resp appliance.CheckinResponse) {
 	keep := map[uint32]bool{}
 	for _, id := range resp.Assigned {
@@ -203,6 +204,7 @@ func (s *simNode) apply(ctx context.Context, resp appliance.CheckinResponse) {
 		pending[id] = true
 	}
 	s.stopShards(keep)
+	s.stopFatal(resp.RestartShards)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.total = resp.TotalShards
@@ -228,6 +230,32 @@ func (s *simNode) stopShards(keep map[uint32]bool) {
 	var stopping []*simShard
 	for id, sh := range s.shards {
 		if keep == nil || !keep[id] {
+			sh.cancel()
+			stopping = append(stopping, sh)
+			delete(s.shards, id)
+		}
+	}
+	s.mu.Unlock()
+	for _, sh := range stopping {
+		<-sh.done
+	}
+}
+
+// stopFatal ends the listed shards that are FATAL (an operator asked to
+// restart them, restart_shards), so that apply starts them again with a
+// claimed Identify, as the kernel does; the others are left alone.
+func (s *simNode) stopFatal(ids []uint32) {
+	s.mu.Lock()
+	var stopping []*simShard
+	for _, id := range ids {
+		sh := s.shards[id]
+		if sh == nil {
+			continue
+		}
+		sh.mu.Lock()
+		fatal := sh.st.State == appliance.ShardFatal
+		sh.mu.Unlock()
+		if fatal {
 			sh.cancel()
 			stopping = append(stopping, sh)
 			delete(s.shards, id)

@@ -144,6 +144,9 @@ type ShardRow struct {
 	LastError  string
 	CloseCode  uint16
 	CloseText  string // meaning of CloseCode, "" when none
+	// RestartRequested: an operator asked the node to start this FATAL
+	// shard again and the node has not taken the request up yet.
+	RestartRequested bool
 }
 
 // BootStep is one step of a boot timeline.
@@ -186,8 +189,11 @@ type Node struct {
 	StatusAt   Moment // when the node last reported per-shard status
 	Shards     []ShardRow
 	Counts     [NumStates]int
-	Boot       Boot
-	Events     []EventRow
+	// Restartable counts the FATAL shards of the node's assignment: what
+	// "Restart FATAL shards…" would restart.
+	Restartable int
+	Boot        Boot
+	Events      []EventRow
 }
 
 // Move is where some of a drained node's shards go.
@@ -208,6 +214,17 @@ type DrainConfirm struct {
 	Unplaced uint32 // shards no other node can take
 	AllMoved uint32 // shards of the whole fleet that change node
 	Live     bool
+}
+
+// RestartConfirm asks the operator to confirm a restart of a node's FATAL
+// shards.
+type RestartConfirm struct {
+	Page
+	NodeID string
+	Live   bool
+	Shards []ShardRow // the FATAL shards of the node's assignment
+	// Requested counts those of Shards whose restart is already pending.
+	Requested int
 }
 
 // Route is a guild lookup answer.
