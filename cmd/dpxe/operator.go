@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -16,8 +17,9 @@ import (
 )
 
 // The operator's everyday commands against a running controller:
-// `dpxe drain NODE`, `dpxe undrain NODE` and `dpxe route GUILD_ID`. They use
-// the admin token `dpxe serve` wrote, print readable text, and print the
+// `dpxe drain NODE`, `dpxe undrain NODE`, `dpxe restart-fatal NODE
+// [SHARD...]` and `dpxe route GUILD_ID`. They use the admin token `dpxe
+// serve` wrote, print readable text, and print the
 // API's JSON with --json.
 
 func init() {
@@ -28,6 +30,7 @@ func init() {
 		return runDrain(ctx, "undrain", args)
 	}})
 	register(&command{name: "route", summary: "which shard, node and address serve a guild", run: runRoute})
+	register(&command{name: "restart-fatal", summary: "start a node's FATAL shards again (after fixing the token or intents)", run: runRestartFatal})
 }
 
 // clientFlags are the flags every command that talks to the controller takes.
@@ -93,6 +96,62 @@ func runDrain(ctx context.Context, verb string, args []string) error {
 	} else {
 		fmt.Printf("%s is back in the plan\n", v.ID)
 	}
+	return nil
+}
+
+// restartFatal is the answer of POST /v1/nodes/{id}/restart-fatal.
+type restartFatal struct {
+	NodeID        string   `json:"node_id"`
+	RestartShards []uint32 `json:"restart_shards"`
+}
+
+// runRestartFatal asks the controller to start a node's FATAL shards again:
+// all of them, or the shard IDs given after the node.
+func runRestartFatal(ctx context.Context, args []string) error {
+	fs := newFlagSet("restart-fatal", "[flags] NODE [SHARD...]")
+	cf := addClientFlags(fs)
+	rest, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(rest) < 1 {
+		return fmt.Errorf("%w: want a node ID, then optionally shard IDs", errUsage)
+	}
+	if err := appliance.ValidateNodeID(rest[0]); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	var body any
+	if len(rest) > 1 {
+		ids := make([]uint32, 0, len(rest)-1)
+		for _, a := range rest[1:] {
+			v, err := strconv.ParseUint(a, 10, 32)
+			if err != nil || v >= appliance.MaxTotalShards {
+				return fmt.Errorf("%w: shard ID %q is not 0..%d", errUsage, a, appliance.MaxTotalShards-1)
+			}
+			ids = append(ids, uint32(v))
+		}
+		body = map[string][]uint32{"shards": ids}
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	var r restartFatal
+	if err := c.do(ctx, "POST", "/v1/nodes/"+url.PathEscape(rest[0])+"/restart-fatal", body, &r); err != nil {
+		return err
+	}
+	if *cf.json {
+		return printJSON(r)
+	}
+	if len(r.RestartShards) == 0 {
+		fmt.Printf("%s has no FATAL shards to restart\n", r.NodeID)
+		return nil
+	}
+	ids := make([]string, len(r.RestartShards))
+	for i, id := range r.RestartShards {
+		ids[i] = strconv.FormatUint(uint64(id), 10)
+	}
+	fmt.Printf("%s restarts shards %s at its next check-in (a fresh Identify each)\n", r.NodeID, strings.Join(ids, ", "))
 	return nil
 }
 

@@ -369,7 +369,8 @@ func (l *gwLab) identifiesOf(shard int) int {
 // four-shard node and checks the kernel's answer while the other shards
 // keep their connections: op 7 -> Resume; op 9 false -> a claimed
 // Identify; a TCP drop -> BACKOFF then Resume; stopped ACKs -> zombie ->
-// Resume; close 4004 -> FATAL.
+// Resume; close 4004 -> FATAL, never retried, until the operator restarts
+// it (dpxe restart-fatal): then one fresh Identify.
 func TestKernelGatewayFaults(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -501,6 +502,36 @@ func TestKernelGatewayFaults(t *testing.T) {
 	}
 	if _, ok := l.shardSession(0); ok {
 		t.Error("the FATAL shard has a live session")
+	}
+	check()
+
+	// The operator fixed the cause and restarts the node's FATAL shards:
+	// shard 0 comes back with one fresh Identify, the others untouched.
+	check = untouched(0)
+	if out, err := l.ns.Run(ctx, l.bin, "restart-fatal", "gw-faults", "--server", l.server, "--token-file", l.token); err != nil {
+		t.Fatalf("dpxe restart-fatal: %v\n%s", err, out)
+	} else if !strings.Contains(out, "0") {
+		t.Errorf("dpxe restart-fatal did not name shard 0: %q", out)
+	}
+	if n.serial.waitFor(regexp.MustCompile(`shard 0: restarted from FATAL \(operator request\): will Identify`), 20*time.Second) == nil {
+		t.Fatal("shard 0 was not restarted from FATAL")
+	}
+	l.awaitEmu(40*time.Second, "shard 0 READY again after the restart", func(s gatewayemu.State) bool {
+		return readySessions(s, 1)[0] == 1
+	})
+	if got := l.identifiesOf(0); got != ids0+1 {
+		t.Errorf("restart: %d Identifies of shard 0, want %d", got, ids0+1)
+	}
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		d, err := l.nodeDetail("gw-faults")
+		if err == nil && d.FatalShards == 0 && d.ReadyShards == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("controller view after the restart: %+v (%v)", d, err)
+		}
+		time.Sleep(300 * time.Millisecond)
 	}
 	check()
 	for _, v := range l.emu.Violations() {
