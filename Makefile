@@ -46,7 +46,7 @@ test: deps-test check image
 
 # The heaviest scale tests, kept out of `make test` for time.
 test-scale: deps-test image
-	DPXE_OUT=$(abspath $(OUT)) DPXE_SCALE=1 $(GO) test -p 1 -timeout 40m -run Scale ./...
+	DPXE_OUT=$(abspath $(OUT)) DPXE_SCALE=1 $(GO) test -p 1 -timeout 30m -run Scale ./...
 
 # Benchmarks, side by side with peers where the issue asks for a ratio.
 bench: deps-bench image
