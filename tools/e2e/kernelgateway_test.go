@@ -369,12 +369,15 @@ func (l *gwLab) identifiesOf(shard int) int {
 // four-shard node and checks the kernel's answer while the other shards
 // keep their connections: op 7 -> Resume; op 9 false -> a claimed
 // Identify; a TCP drop -> BACKOFF then Resume; stopped ACKs -> zombie ->
-// Resume; close 4004 -> FATAL, never retried, until the operator restarts
-// it (dpxe restart-fatal): then one fresh Identify.
+// Resume; a Resume that fails (dead resume edge, then an expired session)
+// -> a claimed Identify; close 4004 -> FATAL, never retried, until the
+// operator restarts it (dpxe restart-fatal): then one fresh Identify.
 func TestKernelGatewayFaults(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	l := newGWLab(t, ctx, "10.80.0", gatewayemu.Options{HeartbeatInterval: time.Second, Shards: 4, MaxConcurrency: 4},
+	// ResumeTimeout 8 s: longer than any BACKOFF before a Resume here
+	// (5 s), shorter than two of them (the failed-Resume step).
+	l := newGWLab(t, ctx, "10.80.0", gatewayemu.Options{HeartbeatInterval: time.Second, Shards: 4, MaxConcurrency: 4, ResumeTimeout: 8 * time.Second},
 		"--total-shards", "4", "--lease", "15s")
 	n := l.boot("gw-faults", "virtio-net-pci", 4)
 	l.awaitEmu(60*time.Second, "four READY shards", func(s gatewayemu.State) bool {
@@ -441,6 +444,29 @@ func TestKernelGatewayFaults(t *testing.T) {
 		t.Error("no zombie line for shard 2")
 	}
 
+	// A Resume that fails falls back to a claimed Identify: shard 3's
+	// connection drops, its first Resume meets a dead resume edge (HTTP
+	// 503), and by the next attempt, one BACKOFF later, the session has
+	// expired: op 9 false, then a fresh Identify.
+	old3, _ := l.shardSession(3)
+	ids3 := l.identifiesOf(3)
+	check3 := untouched(3)
+	inject(gatewayemu.Fault{Kind: gatewayemu.FaultResumeUnavailable, Count: 1})
+	inject(gatewayemu.Fault{Kind: gatewayemu.FaultDrop, Shard: shard(3)})
+	l.awaitEmu(60*time.Second, "failed Resume: a new session", func(gatewayemu.State) bool {
+		s, ok := l.shardSession(3)
+		return ok && s.ID != old3.ID
+	})
+	if got := l.identifiesOf(3); got != ids3+1 {
+		t.Errorf("failed Resume: %d Identifies of shard 3, want %d", got, ids3+1)
+	}
+	for _, re := range []string{`shard 3: WebSocket upgrade refused`, `shard 3: session invalidated \(op 9\)`} {
+		if n.serial.waitFor(regexp.MustCompile(re), time.Second) == nil {
+			t.Errorf("failed Resume: no console line %q", re)
+		}
+	}
+	check3()
+
 	// op 9 false: the session is over; a fresh Identify, through a claim.
 	old1, _ := l.shardSession(1)
 	ids1 := l.identifiesOf(1)
@@ -486,7 +512,7 @@ func TestKernelGatewayFaults(t *testing.T) {
 		0: "closed by the Gateway with a fatal code",
 		1: "session invalidated (op 9)",
 		2: "zombie connection (heartbeat due, last one not acknowledged)",
-		3: "connection lost",
+		3: "session invalidated (op 9)", // the failed Resume's end
 	}
 	for _, s := range view.Shards {
 		if want, ok := wantWhy[s.ID]; ok && s.LastError != want {
