@@ -67,6 +67,18 @@ func newTestServer(t *testing.T, cfg controller.Config) *testServer {
 // call sends a request and decodes the JSON answer into out (if not nil).
 func (s *testServer) call(method, path, token, body string, out any) int {
 	s.t.Helper()
+	code, data := s.raw(method, path, token, body)
+	if out != nil {
+		if err := json.Unmarshal([]byte(data), out); err != nil {
+			s.t.Fatalf("%s %s: %d %q: %v", method, path, code, data, err)
+		}
+	}
+	return code
+}
+
+// raw sends a request and returns the status and the body as sent.
+func (s *testServer) raw(method, path, token, body string) (int, string) {
+	s.t.Helper()
 	req, _ := http.NewRequest(method, s.url+path, strings.NewReader(body))
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
@@ -76,13 +88,8 @@ func (s *testServer) call(method, path, token, body string, out any) int {
 		s.t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	if out != nil {
-		if err := json.Unmarshal(data, out); err != nil {
-			s.t.Fatalf("%s %s: %d %q: %v", method, path, resp.StatusCode, data, err)
-		}
-	}
-	return resp.StatusCode
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
 
 func (s *testServer) addNode(id string) string {

@@ -1,8 +1,6 @@
 package api
 
 import (
-	"io"
-	"net/http"
 	"reflect"
 	"strings"
 	"testing"
@@ -10,22 +8,6 @@ import (
 	"github.com/discord-pxe/dpxe/fleet/controller"
 	"github.com/discord-pxe/dpxe/fleet/store"
 )
-
-// raw sends a request and returns the status and the body as sent.
-func (s *testServer) raw(method, path, token, body string) (int, string) {
-	s.t.Helper()
-	req, _ := http.NewRequest(method, s.url+path, strings.NewReader(body))
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
 
 func TestAPIRestartFatal(t *testing.T) {
 	s := newTestServer(t, controller.Config{TotalShards: 4, RebalanceEvery: -1})
