@@ -539,7 +539,7 @@ func TestKernelGatewayFaults(t *testing.T) {
 	} else if !strings.Contains(out, "0") {
 		t.Errorf("dpxe restart-fatal did not name shard 0: %q", out)
 	}
-	if n.serial.waitFor(regexp.MustCompile(`shard 0: restarted from FATAL \(operator request\): will Identify`), 20*time.Second) == nil {
+	if n.serial.waitFor(regexp.MustCompile(`shard 0: restarted from FATAL \(operator request; close code 4004\): will Identify`), 20*time.Second) == nil {
 		t.Fatal("shard 0 was not restarted from FATAL")
 	}
 	l.awaitEmu(40*time.Second, "shard 0 READY again after the restart", func(s gatewayemu.State) bool {
@@ -551,7 +551,14 @@ func TestKernelGatewayFaults(t *testing.T) {
 	deadline = time.Now().Add(20 * time.Second)
 	for {
 		d, err := l.nodeDetail("gw-faults")
-		if err == nil && d.FatalShards == 0 && d.ReadyShards == 4 {
+		var s0 appliance.ShardStatus
+		for _, s := range d.Shards {
+			if s.ID == 0 {
+				s0 = s
+			}
+		}
+		// READY with neither the old close code nor its reason.
+		if err == nil && d.FatalShards == 0 && d.ReadyShards == 4 && s0.State == appliance.ShardReady && s0.CloseCode == 0 && s0.LastError == "" {
 			break
 		}
 		if time.Now().After(deadline) {
