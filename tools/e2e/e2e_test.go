@@ -10,7 +10,9 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/discord-pxe/dpxe/appliance"
 	"github.com/discord-pxe/dpxe/image"
 	"github.com/discord-pxe/dpxe/kernel"
 	"github.com/discord-pxe/dpxe/tools/qemu"
@@ -46,6 +48,29 @@ func outDir(t testing.TB) string {
 		t.Fatalf("building images: %v", imagesErr)
 	}
 	return imagesDir
+}
+
+// bootSelfTest boots kernel.bin under SeaBIOS with selftest=1, node ID id,
+// the shared seed and the optional initrd (boot-config cases), and wants
+// QEMU to end with the self-test pass status. The caller reads the console.
+func bootSelfTest(t *testing.T, id, initrd string, timeout time.Duration) *qemu.Result {
+	t.Helper()
+	needQEMU(t, qemu.SeaBIOS)
+	cfg := appliance.BootConfig{NodeID: id, SelfTest: true, Seed: selfTestSeed, HasSeed: true}
+	res, err := qemu.Run(context.Background(), qemu.Options{
+		Firmware: qemu.SeaBIOS,
+		Kernel:   filepath.Join(outDir(t), image.KernelFile),
+		Append:   cfg.String(),
+		Initrd:   initrd,
+		Timeout:  timeout,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Passed() {
+		t.Errorf("QEMU exit status %d (timed out: %v), want %d (self-test pass)", res.ExitCode, res.TimedOut, qemu.ExitPass)
+	}
+	return res
 }
 
 // logSerialOnFailure logs a QEMU run's serial console once, at the end of

@@ -2,12 +2,10 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io/fs"
 	"math"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -15,9 +13,7 @@ import (
 	"time"
 
 	"github.com/discord-pxe/dpxe/appliance"
-	"github.com/discord-pxe/dpxe/image"
 	"github.com/discord-pxe/dpxe/kernel"
-	"github.com/discord-pxe/dpxe/tools/qemu"
 )
 
 // What kernel/selftest/checkin_selftest.inc puts in the largest check-in
@@ -49,25 +45,12 @@ const (
 // and the 128 released sessions the self-test wrote, and that no entry is
 // longer than the per-entry bounds CTL_BODY_MAX is computed from.
 func TestKernelCheckinBodyWorstCase(t *testing.T) {
-	needQEMU(t, qemu.SeaBIOS)
-	cfg := appliance.BootConfig{NodeID: "checkin-selftest", SelfTest: true, Seed: selfTestSeed, HasSeed: true}
-	res, err := qemu.Run(context.Background(), qemu.Options{
-		Firmware: qemu.SeaBIOS,
-		Kernel:   filepath.Join(outDir(t), image.KernelFile),
-		Append:   cfg.String(),
-		Timeout:  90 * time.Second,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := bootSelfTest(t, "checkin-selftest", "", 90*time.Second)
 	t.Cleanup(func() {
 		if t.Failed() { // the body is one ~85 KB line: cut long lines
 			t.Logf("serial console (lines over %d bytes cut):\n%s", ckstLongLineCut, cutLongLines(res.Serial, ckstLongLineCut))
 		}
 	})
-	if !res.Passed() {
-		t.Errorf("QEMU exit status %d (timed out: %v), want %d (self-test pass)", res.ExitCode, res.TimedOut, qemu.ExitPass)
-	}
 
 	var body []byte
 	var kernelMax, wire *ckstLenLine

@@ -29,23 +29,9 @@ import (
 func TestKernelNetSelfTest(t *testing.T) {
 	needQEMU(t, qemu.SeaBIOS)
 	cases := ipConfigCases()
-	cfg := appliance.BootConfig{NodeID: "net-selftest", SelfTest: true, Seed: selfTestSeed, HasSeed: true}
-	o := qemu.Options{
-		Firmware: qemu.SeaBIOS,
-		Kernel:   filepath.Join(outDir(t), image.KernelFile),
-		Append:   cfg.String(),
-		Initrd:   writeCaseModule(t, cases),
-		Timeout:  60 * time.Second,
-	}
-	res, err := qemu.Run(context.Background(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := bootSelfTest(t, "net-selftest", writeCaseModule(t, cases), 60*time.Second)
 	fail := t.Errorf
 	logSerialOnFailure(t, res)
-	if !res.Passed() {
-		fail("QEMU exit status %d, want %d (self-test pass)", res.ExitCode, qemu.ExitPass)
-	}
 	if strings.Contains(res.Serial, "selftest net FAIL") {
 		fail("a network self-test failed")
 	}
