@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -226,36 +227,30 @@ func (s *simNode) apply(ctx context.Context, resp appliance.CheckinResponse) {
 // stopShards ends every running shard not in keep (all when keep is nil)
 // and waits for their sessions to close.
 func (s *simNode) stopShards(keep map[uint32]bool) {
-	s.mu.Lock()
-	var stopping []*simShard
-	for id, sh := range s.shards {
-		if keep == nil || !keep[id] {
-			sh.cancel()
-			stopping = append(stopping, sh)
-			delete(s.shards, id)
-		}
-	}
-	s.mu.Unlock()
-	for _, sh := range stopping {
-		<-sh.done
-	}
+	s.stopWhere(func(id uint32, _ *simShard) bool { return keep == nil || !keep[id] })
 }
 
 // stopFatal ends the listed shards that are FATAL (an operator asked to
 // restart them, restart_shards), so that apply starts them again with a
 // claimed Identify, as the kernel does; the others are left alone.
 func (s *simNode) stopFatal(ids []uint32) {
-	s.mu.Lock()
-	var stopping []*simShard
-	for _, id := range ids {
-		sh := s.shards[id]
-		if sh == nil {
-			continue
+	s.stopWhere(func(id uint32, sh *simShard) bool {
+		if !slices.Contains(ids, id) {
+			return false
 		}
 		sh.mu.Lock()
-		fatal := sh.st.State == appliance.ShardFatal
-		sh.mu.Unlock()
-		if fatal {
+		defer sh.mu.Unlock()
+		return sh.st.State == appliance.ShardFatal
+	})
+}
+
+// stopWhere ends the running shards stop picks and waits for their
+// sessions to close.
+func (s *simNode) stopWhere(stop func(id uint32, sh *simShard) bool) {
+	s.mu.Lock()
+	var stopping []*simShard
+	for id, sh := range s.shards {
+		if stop(id, sh) {
 			sh.cancel()
 			stopping = append(stopping, sh)
 			delete(s.shards, id)
