@@ -87,14 +87,13 @@ func TestKernelCheckin(t *testing.T) {
 		id, nic, ip string
 		capacity    int
 		serial      *nodeSerial
+		run         *bgNode
 	}
 	nodes := []*node{
 		{id: "ck-e1000", nic: "e1000", ip: subnet + ".21", capacity: 3},
 		{id: "ck-virtio", nic: "virtio-net-pci", ip: subnet + ".22", capacity: 5},
 	}
 	credLine := regexp.MustCompile(`cred=(\S+)`)
-	done := make(chan struct{})
-	ran := make(chan error, len(nodes))
 	for i, n := range nodes {
 		out, err := ns.Run(ctx, bin, "nodes", "add", n.id, "--server", server, "--token-file", token)
 		if err != nil {
@@ -110,7 +109,6 @@ func TestKernelCheckin(t *testing.T) {
 		}
 		cfg := appliance.BootConfig{NodeID: n.id, Controller: server, Credential: m[1], Capacity: uint32(n.capacity), HasCapacity: true,
 			StaticIP: n.ip + "/24," + subnet + ".1"}
-		n.serial = &nodeSerial{}
 		o := qemu.Options{
 			Firmware: qemu.SeaBIOS,
 			Kernel:   filepath.Join(outDir(t), image.KernelFile),
@@ -118,26 +116,17 @@ func TestKernelCheckin(t *testing.T) {
 			Net: []string{"-netdev", "tap,id=n0,ifname=" + tap + ",script=no,downscript=no",
 				"-device", fmt.Sprintf("%s,netdev=n0,mac=52:54:00:78:00:%02x", n.nic, 0x21+i)},
 			Wrapper: ns.Wrapper(),
-			Serial:  n.serial,
 			Timeout: 170 * time.Second,
-			Until: func(string) bool {
-				select {
-				case <-done:
-					return true
-				default:
-					return false
-				}
-			},
 		}
-		go func() {
-			_, err := qemu.Run(ctx, o)
-			ran <- err
-		}()
+		n.run = startNode(ctx, o)
+		n.serial = n.run.serial
 	}
 	defer func() {
-		close(done)
-		for range nodes {
-			if err := <-ran; err != nil {
+		for _, n := range nodes {
+			if n.run == nil {
+				continue
+			}
+			if err := n.run.stop(); err != nil {
 				t.Errorf("qemu: %v", err)
 			}
 		}

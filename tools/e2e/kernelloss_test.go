@@ -227,8 +227,6 @@ func TestKernelTCPUnderLoss(t *testing.T) {
 	}()
 
 	cfg := appliance.BootConfig{NodeID: "tcp-loss", StaticIP: subnet + ".50/24," + subnet + ".1", TCPTest: subnet + ".1:9000," + strconv.Itoa(size)}
-	serial := &nodeSerial{}
-	done := make(chan struct{})
 	o := qemu.Options{
 		Firmware: qemu.SeaBIOS,
 		Kernel:   filepath.Join(outDir(t), image.KernelFile),
@@ -236,25 +234,12 @@ func TestKernelTCPUnderLoss(t *testing.T) {
 		Net: []string{"-netdev", fmt.Sprintf("socket,id=n0,udp=127.0.0.1:%d,localaddr=127.0.0.1:%d", relayPort, qemuPort),
 			"-device", "virtio-net-pci,netdev=n0,mac=52:54:00:90:00:50"},
 		Wrapper: ns.Wrapper(),
-		Serial:  serial,
 		Timeout: 140 * time.Second,
-		Until: func(string) bool {
-			select {
-			case <-done:
-				return true
-			default:
-				return false
-			}
-		},
 	}
-	ran := make(chan error, 1)
-	go func() {
-		_, err := qemu.Run(ctx, o)
-		ran <- err
-	}()
+	node := startNode(ctx, o)
+	serial := node.serial
 	defer func() {
-		close(done)
-		<-ran
+		node.stop()
 		if t.Failed() {
 			t.Logf("serial console:\n%s", serial.String())
 		}

@@ -87,6 +87,40 @@ func (s *nodeSerial) String() string {
 	return s.buf.String()
 }
 
+// bgNode is a QEMU run in the background that lasts until stop.
+type bgNode struct {
+	serial *nodeSerial
+	done   chan struct{}
+	ran    chan error
+}
+
+// startNode runs QEMU with o in the background, its console in the
+// returned node's serial, until stop (o.Until is set here) or o.Timeout.
+func startNode(ctx context.Context, o qemu.Options) *bgNode {
+	b := &bgNode{serial: &nodeSerial{}, done: make(chan struct{}), ran: make(chan error, 1)}
+	o.Serial = b.serial
+	o.Until = func(string) bool {
+		select {
+		case <-b.done:
+			return true
+		default:
+			return false
+		}
+	}
+	go func() {
+		_, err := qemu.Run(ctx, o)
+		b.ran <- err
+	}()
+	return b
+}
+
+// stop ends the run, waits for QEMU and returns its error (nil when it
+// ran and was stopped or timed out).
+func (b *bgNode) stop() error {
+	close(b.done)
+	return <-b.ran
+}
+
 // waitFor polls the console until re matches or the deadline passes.
 func (s *nodeSerial) waitFor(re *regexp.Regexp, within time.Duration) []string {
 	deadline := time.Now().Add(within)
@@ -174,8 +208,6 @@ func runNetNode(t *testing.T, n netNode, index int) {
 		cfg.StaticIP = nodeIP + "/24," + subnet + ".1"
 		cfg.Controller = "http://" + subnet + ".1:8080" // no DNS server without DHCP
 	}
-	serial := &nodeSerial{}
-	done := make(chan struct{})
 	monitor := filepath.Join(t.TempDir(), "monitor.sock")
 	o := qemu.Options{
 		Firmware: n.fw,
@@ -183,37 +215,19 @@ func runNetNode(t *testing.T, n netNode, index int) {
 		Net: []string{"-netdev", "tap,id=n0,ifname=tap0,script=no,downscript=no",
 			"-device", n.device + ",netdev=n0,mac=" + mac},
 		Wrapper: ns.Wrapper(),
-		Serial:  serial,
 		Extra:   []string{"-monitor", "unix:" + monitor + ",server=on,wait=off"}, // for set_link
 		Timeout: 140 * time.Second,
-		Until: func(string) bool {
-			select {
-			case <-done:
-				return true
-			default:
-				return false
-			}
-		},
 	}
 	if n.fw == qemu.OVMF {
 		o.Config = cfg.String()
 	} else {
 		o.Append = cfg.String()
 	}
-	type result struct {
-		res *qemu.Result
-		err error
-	}
-	ran := make(chan result, 1)
-	go func() {
-		r, err := qemu.Run(ctx, o)
-		ran <- result{r, err}
-	}()
+	node := startNode(ctx, o)
+	serial := node.serial
 	defer func() {
-		close(done)
-		r := <-ran
-		if r.err != nil {
-			t.Errorf("qemu: %v", r.err)
+		if err := node.stop(); err != nil {
+			t.Errorf("qemu: %v", err)
 		}
 		if t.Failed() {
 			t.Logf("serial console:\n%s", serial.String())

@@ -144,8 +144,6 @@ func runTCPNode(t *testing.T, netIndex int) {
 	}()
 
 	cfg := appliance.BootConfig{NodeID: "tcp-test", StaticIP: subnet + ".50/24," + subnet + ".1", TCPTest: subnet + ".1:9000"}
-	serial := &nodeSerial{}
-	done := make(chan struct{})
 	o := qemu.Options{
 		Firmware: qemu.SeaBIOS,
 		Kernel:   filepath.Join(outDir(t), image.KernelFile),
@@ -153,25 +151,12 @@ func runTCPNode(t *testing.T, netIndex int) {
 		Net: []string{"-netdev", "tap,id=n0,ifname=tap0,script=no,downscript=no",
 			"-device", fmt.Sprintf("virtio-net-pci,netdev=n0,mac=52:54:00:77:%02x:50", netIndex)},
 		Wrapper: ns.Wrapper(),
-		Serial:  serial,
 		Timeout: 24 * time.Second,
-		Until: func(string) bool {
-			select {
-			case <-done:
-				return true
-			default:
-				return false
-			}
-		},
 	}
-	ran := make(chan error, 1)
-	go func() {
-		_, err := qemu.Run(ctx, o)
-		ran <- err
-	}()
+	node := startNode(ctx, o)
+	serial := node.serial
 	defer func() {
-		close(done)
-		if err := <-ran; err != nil {
+		if err := node.stop(); err != nil {
 			t.Errorf("qemu: %v", err)
 		}
 		if t.Failed() {
