@@ -205,13 +205,18 @@ type Controller struct {
 	lastRebalance time.Time // when the last rebalance ran
 	graceUntil    time.Time // no rebalance before this (restart safety)
 	nextSweep     time.Time // earliest lease deadline of a live node
-	lastGrant     []time.Time
-	order         startOrder // which shards ever identified (start-group order)
-	budget        store.Budget
-	stage         stage
-	genSeq        uint64 // stage sequence of the current generation
-	gw            gatewayState
-	handoffs      map[uint32]*handoff // per shard: a resumable session on offer (in memory only)
+	// Per Identify bucket: when the window last opened (the latest grant's
+	// answer, see Identify) and how many grants are awaiting their answer.
+	// grantEpoch counts bucket renumberings (max_concurrency changes).
+	lastGrant  []time.Time
+	answering  []int
+	grantEpoch uint64
+	order      startOrder // which shards ever identified (start-group order)
+	budget     store.Budget
+	stage      stage
+	genSeq     uint64 // stage sequence of the current generation
+	gw         gatewayState
+	handoffs   map[uint32]*handoff // per shard: a resumable session on offer (in memory only)
 
 	onLive func(nodeID, addr string) // see OnNodeLive; guarded by mu
 
@@ -239,6 +244,7 @@ func New(ctx context.Context, st *store.Store, cfg Config, now func() time.Time,
 		nodes:     map[string]*node{},
 		holder:    make([]*node, cfg.TotalShards),
 		lastGrant: make([]time.Time, cfg.MaxConcurrency),
+		answering: make([]int, cfg.MaxConcurrency),
 	}
 	t := now()
 	rows, err := st.Nodes(ctx)

@@ -233,7 +233,8 @@ func (c *Controller) GatewayFetchFailed(err error) {
 func (c *Controller) setMaxConcurrencyLocked(t time.Time, mc uint32) {
 	old := c.cfg.MaxConcurrency
 	c.cfg.MaxConcurrency = mc
-	c.lastGrant = make([]time.Time, mc)
+	c.lastGrant, c.answering = make([]time.Time, mc), make([]int, mc)
+	c.grantEpoch++
 	for i := range c.lastGrant {
 		c.lastGrant[i] = t
 	}

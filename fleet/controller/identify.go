@@ -17,6 +17,13 @@ import (
 // while the daily session-start budget stays above its reserve, and only
 // in start-group order (see orderBlockerLocked). A grant is durable before
 // Identify returns it.
+//
+// The window runs from the moment a grant is answered, not from the
+// moment it was decided: making a grant durable is a synchronous commit
+// that can take hundreds of milliseconds on a busy disk, and a grant
+// decided early but answered late would send its Identify late, so the
+// next grant's Identify, answered quickly, could reach Discord less than
+// 5 s after it. While a grant awaits its commit its bucket stays closed.
 func (c *Controller) Identify(ctx context.Context, req appliance.IdentifyRequest) (appliance.IdentifyResponse, error) {
 	t := c.now()
 	c.mu.Lock()
@@ -47,6 +54,9 @@ func (c *Controller) Identify(ctx context.Context, req appliance.IdentifyRequest
 		c.restartDoneLocked(t, n, req.ShardID, "claimed an Identify")
 	}
 	c.refillBudgetLocked(t)
+	if c.answering[bucket] > 0 {
+		return refuse(appliance.ReasonBucketBusy, c.cfg.IdentifyWindow, "a grant is being answered")
+	}
 	if last := c.lastGrant[bucket]; !last.IsZero() && t.Sub(last) < c.cfg.IdentifyWindow {
 		return refuse(appliance.ReasonBucketBusy, last.Add(c.cfg.IdentifyWindow).Sub(t))
 	}
@@ -57,6 +67,8 @@ func (c *Controller) Identify(ctx context.Context, req appliance.IdentifyRequest
 		return refuse(appliance.ReasonOrder, wait, fmt.Sprintf("shard %d of an earlier start group has not started", blocker))
 	}
 	c.lastGrant[bucket] = t
+	c.answering[bucket]++
+	epoch := c.grantEpoch
 	c.budget.Remaining--
 	if c.order.at[req.ShardID] == 0 {
 		c.order.at[req.ShardID] = t.UnixNano()
@@ -69,11 +81,38 @@ func (c *Controller) Identify(ctx context.Context, req appliance.IdentifyRequest
 	c.stage.seq++
 	seq := c.stage.seq
 	c.mu.Unlock()
-	if err := c.waitDurable(ctx, seq); err != nil {
+	err := c.waitDurable(ctx, seq)
+	c.grantAnswered(bucket, epoch)
+	if err != nil {
 		return appliance.IdentifyResponse{}, err
 	}
 	resp.Granted = true
 	return resp, nil
+}
+
+// grantAnswered restarts the window of a grant's bucket at the moment the
+// grant is answered (or fails to be) and opens the bucket to later claims.
+// If max_concurrency changed meanwhile, the bucket numbers mean other
+// shards now, so every bucket's window restarts.
+func (c *Controller) grantAnswered(bucket uint32, epoch uint64) {
+	t := c.now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if epoch != c.grantEpoch {
+		for i, last := range c.lastGrant {
+			c.lastGrant[i] = latest(last, t)
+		}
+		return
+	}
+	c.answering[bucket]--
+	c.lastGrant[bucket] = latest(c.lastGrant[bucket], t)
+}
+
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // refillBudgetLocked restores the budget when its reset time has passed.

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -66,6 +67,66 @@ func TestIdentifyStartOrder(t *testing.T) {
 	if err != nil || len(rf) == 0 || rf[0].Detail != "order: shard 0 of an earlier start group has not started" {
 		t.Fatalf("refusal events %v %+v", err, rf)
 	}
+}
+
+// A grant's window runs from its answer: while its commit waits (here on
+// another writer holding the database), the bucket stays closed, and the
+// next grant comes a full window after the answer, not after the decision.
+func TestIdentifyWindowFromAnswer(t *testing.T) {
+	h := newHarness(t, Config{TotalShards: 4, MaxConcurrency: 1, IdentifyWindow: 5 * time.Second})
+	h.add("a")
+	h.checkin("a", 4, 0)
+	h.clock.Advance(5 * time.Second)
+	ctx := context.Background()
+	db, err := sql.Open("sqlite3", h.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	lock, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if _, err := lock.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		r   appliance.IdentifyResponse
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		r, err := h.c.Identify(ctx, appliance.IdentifyRequest{NodeID: "a", ShardID: 0})
+		done <- answer{r, err}
+	}()
+	// Shard 1 is refused for start order until shard 0's grant is
+	// decided, then because that grant is being answered.
+	for i := 0; ; i++ {
+		r := h.claim("a", 1)
+		if r.Reason == appliance.ReasonBucketBusy {
+			wantRefusal(t, r, appliance.ReasonBucketBusy, 5000, "shard 1 while 0's grant commits")
+			break
+		}
+		if i == 200 {
+			t.Fatalf("shard 0's grant was never decided: %+v", r)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	h.clock.Advance(400 * time.Millisecond) // the commit is slow
+	wantRefusal(t, h.claim("a", 1), appliance.ReasonBucketBusy, 5000, "shard 1 while 0's grant still commits")
+	if _, err := lock.ExecContext(ctx, `ROLLBACK`); err != nil {
+		t.Fatal(err)
+	}
+	a := <-done
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	wantGrant(t, a.r, "shard 0 after its commit")
+	h.clock.Advance(4600 * time.Millisecond) // a window after the decision
+	wantRefusal(t, h.claim("a", 1), appliance.ReasonBucketBusy, 400, "shard 1 a window after 0's decision")
+	h.clock.Advance(400 * time.Millisecond) // a window after the answer
+	wantGrant(t, h.claim("a", 1), "shard 1 a window after 0's answer")
 }
 
 // Start groups of max_concurrency shards: within a group buckets are
