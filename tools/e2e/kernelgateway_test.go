@@ -225,36 +225,33 @@ func (l *gwLab) runLimit() time.Duration {
 	return 10 * time.Minute
 }
 
+// adminGet is an admin GET of the controller's API, decoded into v.
+func (l *gwLab) adminGet(path string, v any) error {
+	tok, err := os.ReadFile(l.token)
+	if err != nil {
+		return err
+	}
+	out, err := l.ns.Run(l.ctx, "curl", "-fsS", "--max-time", "5", "-H", "Authorization: Bearer "+strings.TrimSpace(string(tok)), l.server+path)
+	if err != nil {
+		return fmt.Errorf("GET %s: %v %s", path, err, out)
+	}
+	return json.Unmarshal([]byte(out), v)
+}
+
 // nodeDetail is GET /v1/nodes/ID.
 func (l *gwLab) nodeDetail(id string) (controller.NodeDetail, error) {
 	var d controller.NodeDetail
-	tok, err := os.ReadFile(l.token)
-	if err != nil {
-		return d, err
-	}
-	out, err := l.ns.Run(l.ctx, "curl", "-fsS", "--max-time", "5", "-H", "Authorization: Bearer "+strings.TrimSpace(string(tok)), l.server+"/v1/nodes/"+id)
-	if err != nil {
-		return d, fmt.Errorf("GET /v1/nodes/%s: %v %s", id, err, out)
-	}
-	return d, json.Unmarshal([]byte(out), &d)
+	err := l.adminGet("/v1/nodes/"+id, &d)
+	return d, err
 }
 
 // grants is every identify_granted event the controller logged, oldest
 // first (GET /v1/events).
 func (l *gwLab) grants() ([]store.Event, error) {
-	tok, err := os.ReadFile(l.token)
-	if err != nil {
-		return nil, err
-	}
-	out, err := l.ns.Run(l.ctx, "curl", "-fsS", "--max-time", "5", "-H", "Authorization: Bearer "+strings.TrimSpace(string(tok)),
-		l.server+"/v1/events?kind="+controller.EventIdentifyGranted+"&limit=1000")
-	if err != nil {
-		return nil, fmt.Errorf("GET /v1/events: %v %s", err, out)
-	}
 	var page struct {
 		Events []store.Event `json:"events"`
 	}
-	if err := json.Unmarshal([]byte(out), &page); err != nil {
+	if err := l.adminGet("/v1/events?kind="+controller.EventIdentifyGranted+"&limit=1000", &page); err != nil {
 		return nil, err
 	}
 	slices.SortFunc(page.Events, func(a, b store.Event) int { return a.At.Compare(b.At) })
