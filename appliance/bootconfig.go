@@ -49,6 +49,7 @@ type BootConfig struct {
 	TotalShards uint32 // total_shards=, global shard count override
 	Capacity    uint32 // capacity=, shards this node offers (1..128)
 	SelfTest    bool   // selftest=1 runs the self-tests and exits QEMU
+	CryptoTest  bool   // cryptotest=1 runs the cryptography self-tests and exits QEMU
 	Seed        uint32 // seed=, PRNG seed of the differential self-test
 	StaticIP    string // ip=, A.B.C.D/NN[,GW]: a static address instead of DHCP (see ParseStaticIP)
 	TCPTest     string // tcptest=, A.B.C.D:PORT[,BYTES]: the kernel's TCP client test (see ParseTCPTestSpec)
@@ -148,6 +149,11 @@ var bootKeys = []bootKey{
 		}
 		c.TCPTest = v
 		return nil
+	}},
+	{"cryptotest", "1 runs the kernel's cryptography self-tests (vectors from the first module) and powers off, 0 does not", func(c *BootConfig, v string) error {
+		n, err := parseBounded(v, 0, 1)
+		c.CryptoTest = n == 1
+		return err
 	}},
 }
 
@@ -369,6 +375,9 @@ func (c BootConfig) String() string {
 	if c.TCPTest != "" {
 		add("tcptest", c.TCPTest)
 	}
+	if c.CryptoTest {
+		add("cryptotest", "1")
+	}
 	return strings.Join(parts, " ")
 }
 
@@ -423,5 +432,7 @@ func (c *BootConfig) clear(key string) {
 		c.StaticIP = ""
 	case "tcptest":
 		c.TCPTest = ""
+	case "cryptotest":
+		c.CryptoTest = false
 	}
 }

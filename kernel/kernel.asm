@@ -61,6 +61,9 @@ text_start:
 %include "lib/ws.inc"			; RFC 6455 framing
 %include "gateway/gateway.inc"	; per-shard Gateway sessions
 %include "selftest/lib_selftest.inc"
+%include "crypto/sym.inc"		; hashes, MACs, HKDF, AEADs
+%include "crypto/asym.inc"		; X25519, P-256/P-384, ECDSA, RSA
+%include "selftest/crypto_selftest.inc"	; cryptotest=1
 %include "core/data.inc"		; read-only tables and strings
 
 	align	4096, db 0		; PE FileAlignment: the file ends on a page
