@@ -15,6 +15,7 @@ import (
 	"math/big"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Go references for the kernel's public-key primitives (kernel/crypto/asym.inc)
@@ -103,12 +104,20 @@ func CryptoAsymDigests(seed uint32) map[string]uint64 {
 		}
 		out[name] = uint64(d)
 	}
-	run("x25519", AsymX25519Cases, x25519Case)
-	run("p256-ecdh", AsymP256Cases, p256ECDHCase)
+	run("x25519", AsymX25519Cases, func(rng *splitmix64, d *digest) { x25519Case(rng, d, nil) })
+	run("p256-ecdh", AsymP256Cases, func(rng *splitmix64, d *digest) { p256ECDHCase(rng, d, nil) })
 	return out
 }
 
-func x25519Case(rng *splitmix64, d *digest) {
+// asymNote reports a generated case's kind and outcome to the tests that
+// check every kind occurs; nil in the digests.
+func asymNote(note func(string), what string) {
+	if note != nil {
+		note(what)
+	}
+}
+
+func x25519Case(rng *splitmix64, d *digest, note func(string)) {
 	k := make([]byte, 32)
 	fillRandom(rng, k)
 	r := rng.next()
@@ -135,18 +144,21 @@ func x25519Case(rng *splitmix64, d *digest) {
 	}
 	shared, err := priv.ECDH(pub)
 	if err != nil {
+		asymNote(note, fmt.Sprintf("u kind %d: zero", min(r&7, 3)))
 		d.add(1) // the all-zero secret of a low-order u
 		return
 	}
+	asymNote(note, fmt.Sprintf("u kind %d: ok", min(r&7, 3)))
 	d.add(0)
 	digestBytes(d, shared)
 }
 
-func p256ECDHCase(rng *splitmix64, d *digest) {
+func p256ECDHCase(rng *splitmix64, d *digest, note func(string)) {
 	k := make([]byte, 32)
 	fillRandom(rng, k)
 	priv, err := ecdh.P256().NewPrivateKey(k)
 	if err != nil {
+		asymNote(note, "d refused")
 		d.add(1)
 		return
 	}
@@ -154,8 +166,9 @@ func p256ECDHCase(rng *splitmix64, d *digest) {
 	d.add(0)
 	digestBytes(d, pub)
 	r := rng.next()
+	kind := r & 3
 	var peer []byte
-	switch r & 3 {
+	switch kind {
 	case 1:
 		peer = make([]byte, 65)
 		peer[0] = 4
@@ -167,27 +180,28 @@ func p256ECDHCase(rng *splitmix64, d *digest) {
 		fillRandom(rng, e)
 		ep, err := ecdh.P256().NewPrivateKey(e)
 		if err != nil {
+			asymNote(note, "e refused")
 			d.add(1)
 			return
 		}
 		peer = bytes.Clone(ep.PublicKey().Bytes())
-		if r&3 == 2 {
+		if kind == 2 {
 			bit := r >> 8 % (65 * 8)
 			peer[bit/8] ^= 1 << (bit % 8)
 		}
 	}
 	pp, err := ecdh.P256().NewPublicKey(peer)
-	if err != nil {
-		d.add(1)
-		return
+	if err == nil {
+		var shared []byte
+		if shared, err = priv.ECDH(pp); err == nil {
+			asymNote(note, fmt.Sprintf("peer kind %d: ok", kind))
+			d.add(0)
+			digestBytes(d, shared)
+			return
+		}
 	}
-	shared, err := priv.ECDH(pp)
-	if err != nil {
-		d.add(1)
-		return
-	}
-	d.add(0)
-	digestBytes(d, shared)
+	asymNote(note, fmt.Sprintf("peer kind %d: refused", kind))
+	d.add(1)
 }
 
 // AsymRecord is one record of a vector section: an id (the Wycheproof
@@ -632,8 +646,16 @@ func asymRSAKey(rng *splitmix64, bits int) (*rsa.PrivateKey, error) {
 // asymRSABits are the key sizes of the RSA sections, one key each.
 var asymRSABits = []int{2048, 3072, 4096}
 
-// asymRSAKeys makes the RSA sections' keys from the seed.
+// asymRSAKeyCache keeps the keys made for a seed: the prime search takes
+// a second or two, and the e2e test and the unit tests ask more than once.
+var asymRSAKeyCache sync.Map // uint32 -> []*rsa.PrivateKey
+
+// asymRSAKeys makes (once per process) the RSA sections' keys from the
+// seed. Safe for concurrent use.
 func asymRSAKeys(seed uint32) ([]*rsa.PrivateKey, error) {
+	if keys, ok := asymRSAKeyCache.Load(seed); ok {
+		return keys.([]*rsa.PrivateKey), nil
+	}
 	rng := &splitmix64{state: uint64(seed) ^ 0x5253414B45595321} // "RSAKEYS!": not the ECDSA stream
 	var keys []*rsa.PrivateKey
 	for _, bits := range asymRSABits {
@@ -643,6 +665,7 @@ func asymRSAKeys(seed uint32) ([]*rsa.PrivateKey, error) {
 		}
 		keys = append(keys, k)
 	}
+	asymRSAKeyCache.Store(seed, keys)
 	return keys, nil
 }
 
