@@ -6,6 +6,7 @@ import (
 	"crypto/ecdh"
 	"crypto/ecdsa"
 	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha256"
 	"crypto/sha512"
@@ -28,8 +29,8 @@ import (
 
 // Case counts of the kernel's key-exchange digests.
 const (
-	AsymX25519Cases = 64 // "x25519"
-	AsymP256Cases   = 32 // "p256-ecdh"
+	AsymX25519Cases = 256 // "x25519"
+	AsymP256Cases   = 96  // "p256-ecdh"
 )
 
 // AsymDigestNames names the key-exchange digests in the order the kernel
@@ -419,14 +420,16 @@ type AsymSigCase struct {
 type AsymSigSet struct {
 	ECDSAP256 []AsymSigCase // tag RNE256S2, digest "ecdsa-p256": P-256, SHA-256
 	ECDSAP384 []AsymSigCase // tag RNE384S3, digest "ecdsa-p384": P-384, SHA-384
-	RSAPKCS1  []AsymSigCase // tag RNRSA1V5, digest "rsa-pkcs1": 2048/3072/4096 bits, SHA-256/384
+	RSAPKCS1  []AsymSigCase // tag RNRSA1V5, digest "rsa-pkcs1": 2048/2049/3072/4096 bits, SHA-256/384
+	RSAPSS    []AsymSigCase // tag RNRSAPSS, digest "rsa-pss": the same keys, MGF1 with the same hash
 }
 
 // Case counts of the Go-made signature sections.
 const (
-	AsymECDSAP256Cases = 64
-	AsymECDSAP384Cases = 48
-	AsymRSAPKCS1Cases  = 48
+	AsymECDSAP256Cases = 128
+	AsymECDSAP384Cases = 64
+	AsymRSAPKCS1Cases  = 64
+	AsymRSAPSSCases    = 64
 )
 
 // AsymVerdictDigest folds Go's verdicts as the kernel folds its own: 0 for
@@ -447,11 +450,14 @@ func AsymVerdictDigest(cases []AsymSigCase) uint64 {
 // seed's splitmix64 stream (ECDSA: ecdsa.ParseRawPrivateKey of random bytes;
 // RSA: primes found from random starting points), messages too; ECDSA
 // signs deterministically (RFC 6979) and RSA PKCS #1 v1.5 is deterministic,
-// so a seed always gives the same cases. About half are changed after
-// signing (a flipped bit in the hash, r, s or signature, s replaced by
-// n - s (still valid), another key, r or s out of range, a longer hash, the
-// other hash claimed, a signature one byte long or equal to n), and Go's
-// verifier decides each.
+// so a seed always gives the same cases. PSS salts come from crypto/rand
+// (Go 1.26 ignores a custom reader): the same seed gives the same keys,
+// messages, changes and verdicts but other signature bytes, unless the
+// caller is a test that set testing/cryptotest.SetGlobalRandom. About half
+// the cases are changed after signing (a flipped bit in the hash, r, s or
+// signature, s replaced by n - s (still valid), another key, r or s out of
+// range, a longer hash, the other hash claimed, a signature one byte long
+// or equal to n, a salt length one off), and Go's verifier decides each.
 func AsymSigCases(seed uint32) (*AsymSigSet, error) {
 	set := &AsymSigSet{}
 	var err error
@@ -462,6 +468,9 @@ func AsymSigCases(seed uint32) (*AsymSigSet, error) {
 		return nil, err
 	}
 	if set.RSAPKCS1, err = rsaPKCS1Cases(seed, AsymRSAPKCS1Cases); err != nil {
+		return nil, err
+	}
+	if set.RSAPSS, err = rsaPSSCases(seed, AsymRSAPSSCases); err != nil {
 		return nil, err
 	}
 	return set, nil
@@ -585,15 +594,18 @@ var asymSmallPrimes = func() []uint64 {
 	return ps
 }()
 
-// asymPrime returns the first prime at or after a random odd start with
-// its top two bits set (so two of them make a modulus of exactly their
-// summed bit lengths), skipping candidates with a small factor.
+// asymPrime returns the first prime at or after a random odd start of
+// exactly bits bits with its top two bits set (so two of them make a
+// modulus of exactly their summed bit lengths), skipping candidates with a
+// small factor.
 func asymPrime(rng *splitmix64, bits int) *big.Int {
-	b := make([]byte, bits/8)
+	b := make([]byte, (bits+7)/8)
 	fillRandom(rng, b)
-	b[0] |= 0xC0
-	b[len(b)-1] |= 1
 	start := new(big.Int).SetBytes(b)
+	start.Rsh(start, uint(len(b)*8-bits))
+	start.SetBit(start, bits-1, 1)
+	start.SetBit(start, bits-2, 1)
+	start.SetBit(start, 0, 1)
 	rem := make([]uint64, len(asymSmallPrimes))
 	var m big.Int
 	for i, p := range asymSmallPrimes {
@@ -643,8 +655,11 @@ func asymRSAKey(rng *splitmix64, bits int) (*rsa.PrivateKey, error) {
 	}
 }
 
-// asymRSABits are the key sizes of the RSA sections, one key each.
-var asymRSABits = []int{2048, 3072, 4096}
+// asymRSABits are the key sizes of the RSA sections, one key each: the
+// three TLS meets, and 2049 bits, where PSS's emLen is one byte short of
+// the modulus (RFC 8017 §8.1.2 step 2c, §9.1.2 step 6 with no bit to
+// clear).
+var asymRSABits = []int{2048, 2049, 3072, 4096}
 
 // asymRSAKeyCache keeps the keys made for a seed: the prime search takes
 // a second or two, and the e2e test and the unit tests ask more than once.
@@ -721,6 +736,62 @@ func rsaPKCS1Cases(seed uint32, n int) ([]AsymSigCase, error) {
 		}
 		valid := rsa.VerifyPKCS1v15(&key.PublicKey, claim, digest, sig) == nil
 		out = append(out, AsymSigCase{Record: rsaRecord(uint32(i), claimID, &key.PublicKey, sig, digest), Valid: valid, What: what})
+	}
+	return out, nil
+}
+
+func rsaPSSCases(seed uint32, n int) ([]AsymSigCase, error) {
+	keys, err := asymRSAKeys(seed)
+	if err != nil {
+		return nil, err
+	}
+	rng := &splitmix64{state: uint64(seed) ^ 0x5053535341535421} // "PSSSALT!": not the PKCS #1 stream
+	var out []AsymSigCase
+	for i := 0; i < n; i++ {
+		r := rng.next()
+		key := keys[r%uint64(len(keys))]
+		h, id, other, otherID := crypto.SHA256, byte(AsymHashSHA256), crypto.SHA384, byte(AsymHashSHA384)
+		if r>>4&1 == 1 {
+			h, id, other, otherID = other, otherID, h, id
+		}
+		msg := make([]byte, r>>8%300)
+		fillRandom(rng, msg)
+		digest := asymHash(h, msg)
+		// the salt: the hash length (TLS 1.3), 20 bytes, or as long as
+		// the encoding allows (emLen - hLen - 2)
+		sLen, what := h.Size(), "as signed, salt = hash length"
+		switch r >> 5 & 3 {
+		case 1:
+			sLen, what = 20, "as signed, 20-byte salt"
+		case 2:
+			emLen := (key.N.BitLen() - 1 + 7) / 8
+			sLen, what = emLen-h.Size()-2, "as signed, the longest salt"
+		}
+		sig, err := rsa.SignPSS(rand.Reader, key, h, digest, &rsa.PSSOptions{SaltLength: sLen})
+		if err != nil {
+			return nil, err
+		}
+		claim, claimID, claimLen := h, id, sLen
+		sub := r >> 40
+		switch r >> 32 & 7 {
+		case 4:
+			sig, what = flipBit(sig, sub), "signature bit flipped"
+		case 5:
+			digest, what = flipBit(digest, sub), "digest bit flipped"
+		case 6:
+			if sub&1 == 0 || claimLen == 1 {
+				claimLen, what = claimLen+1, "salt length one more than signed"
+			} else {
+				claimLen, what = claimLen-1, "salt length one less than signed"
+			}
+		case 7:
+			claim, claimID, digest, what = other, otherID, asymHash(other, msg), "checked as the other hash"
+		}
+		// SaltLength 0 would mean "any" to Go, but claimLen is never 0
+		valid := rsa.VerifyPSS(&key.PublicKey, claim, digest, sig, &rsa.PSSOptions{SaltLength: claimLen}) == nil
+		rec := rsaRecord(uint32(i), claimID, &key.PublicKey, sig, digest)
+		rec.Fields = append(rec.Fields, binary.LittleEndian.AppendUint16(nil, uint16(claimLen)))
+		out = append(out, AsymSigCase{Record: rec, Valid: valid, What: what})
 	}
 	return out, nil
 }

@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"testing/cryptotest"
 )
 
 func mustHex(t testing.TB, s string) []byte {
@@ -210,10 +211,12 @@ func FuzzParseECDSASignatureDER(f *testing.F) {
 }
 
 func TestAsymSigCases(t *testing.T) {
+	cryptotest.SetGlobalRandom(t, 1) // PSS salts come from crypto/rand
 	a, err := AsymSigCases(5)
 	if err != nil {
 		t.Fatal(err)
 	}
+	cryptotest.SetGlobalRandom(t, 1)
 	b, err := AsymSigCases(5)
 	if err != nil {
 		t.Fatal(err)
@@ -221,7 +224,7 @@ func TestAsymSigCases(t *testing.T) {
 	if !reflect.DeepEqual(a, b) {
 		t.Error("AsymSigCases(5) differs between calls")
 	}
-	for name, cases := range map[string][]AsymSigCase{"ecdsa-p256": a.ECDSAP256, "ecdsa-p384": a.ECDSAP384, "rsa-pkcs1": a.RSAPKCS1} {
+	for name, cases := range map[string][]AsymSigCase{"ecdsa-p256": a.ECDSAP256, "ecdsa-p384": a.ECDSAP384, "rsa-pkcs1": a.RSAPKCS1, "rsa-pss": a.RSAPSS} {
 		valid, invalid := 0, 0
 		whats := map[string]bool{}
 		for _, c := range cases {
@@ -231,9 +234,9 @@ func TestAsymSigCases(t *testing.T) {
 				invalid++
 			}
 			whats[c.What] = true
-			want := 4
-			if name == "rsa-pkcs1" {
-				want = 5
+			want := map[string]int{"rsa-pkcs1": 5, "rsa-pss": 6}[name]
+			if want == 0 {
+				want = 4
 			}
 			if len(c.Record.Fields) != want {
 				t.Fatalf("%s case %d has %d fields, want %d", name, c.Record.ID, len(c.Record.Fields), want)
@@ -253,13 +256,13 @@ func TestAsymSigCases(t *testing.T) {
 			t.Errorf("ecdsa-p256 case %d (%s): valid %v", c.Record.ID, c.What, c.Valid)
 		}
 	}
-	for _, c := range a.RSAPKCS1 {
+	for _, c := range append(a.RSAPKCS1, a.RSAPSS...) {
 		e := binary.LittleEndian.Uint64(c.Record.Fields[1])
 		if e != 65537 || len(c.Record.Fields[2])*8 < 2048 {
 			t.Errorf("rsa case %d: e %d, modulus %d bytes", c.Record.ID, e, len(c.Record.Fields[2]))
 		}
-		if c.What == "as signed" && !c.Valid || c.What == "signature = n" && c.Valid {
-			t.Errorf("rsa-pkcs1 case %d (%s): valid %v", c.Record.ID, c.What, c.Valid)
+		if strings.HasPrefix(c.What, "as signed") != c.Valid {
+			t.Errorf("rsa case %d (%s): valid %v", c.Record.ID, c.What, c.Valid)
 		}
 	}
 	if AsymVerdictDigest(a.RSAPKCS1) == AsymVerdictDigest(a.ECDSAP256) {
@@ -283,11 +286,16 @@ func TestAsymPrimeAndKey(t *testing.T) {
 	if p.BitLen() != 512 || !p.ProbablyPrime(20) {
 		t.Fatalf("asymPrime(512) = %x", p)
 	}
-	k, err := asymRSAKey(&splitmix64{state: 4}, 2048)
-	if err != nil {
-		t.Fatal(err)
+	if p := asymPrime(rng, 333); p.BitLen() != 333 || p.Bit(331) != 1 || !p.ProbablyPrime(20) {
+		t.Fatalf("asymPrime(333) = %x", p)
 	}
-	if k.N.BitLen() != 2048 || k.E != 65537 {
-		t.Fatalf("key of %d bits, e %d", k.N.BitLen(), k.E)
+	for _, bits := range []int{2048, 2049} {
+		k, err := asymRSAKey(&splitmix64{state: 4}, bits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k.N.BitLen() != bits || k.E != 65537 {
+			t.Fatalf("key of %d bits, e %d; want %d bits", k.N.BitLen(), k.E, bits)
+		}
 	}
 }
