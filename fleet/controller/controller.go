@@ -598,23 +598,8 @@ func (c *Controller) SetDraining(ctx context.Context, id string, draining bool) 
 		c.mu.Unlock()
 		return fmt.Errorf("node %s: %w", id, ErrUnknownNode)
 	}
-	if n.draining != draining {
-		n.draining = draining
-		if n.live {
-			c.dirty = true
-		}
-		kind := EventUndrain
-		if draining {
-			kind = EventDrain
-		}
-		c.eventLocked(t, kind, id, nil, "")
-		c.log.Info(kind, "node", id)
-	}
-	c.stageNodeLocked(n)
-	c.stage.seq++
-	seq := c.stage.seq
 	c.sweepLocked(t)
-	c.maybeRebalanceLocked(t)
+	seq := c.setDrainingLocked(t, n, draining)
 	c.mu.Unlock()
 	return c.waitDurable(ctx, seq)
 }
