@@ -35,6 +35,7 @@ text_start:
 %include "core/kmain.inc"		; shared 64-bit code from here on
 %include "core/serial.inc"
 %include "core/print.inc"
+%include "lib/str.inc"		; strings and memory
 %include "lib/rand.inc"		; splitmix64 (self-tests, WebSocket keys, TCP ISN key)
 %include "core/idt.inc"
 %include "core/tsc.inc"
