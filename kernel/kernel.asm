@@ -52,6 +52,7 @@ text_start:
 %include "net/net.inc"
 %include "net/http.inc"		; HTTP/1.1 client
 %include "lib/json.inc"		; JSON reader and writer
+%include "node/run.inc"		; the main loop: receive, then every tick
 %include "node/checkin.inc"		; the check-in loop and the lease
 %include "shard/shard.inc"
 %include "shard/route.inc"
