@@ -172,6 +172,10 @@ type IdentifyResponse struct {
 	Bucket       uint32         `json:"bucket"`
 	Reason       IdentifyReason `json:"reason,omitempty"`
 	RetryAfterMS int64          `json:"retry_after_ms,omitempty"`
+	// UseWithinMS bounds a grant's validity: the node uses it only if the
+	// answer arrived within this many milliseconds of the moment it started
+	// the claim (GrantUsable); 0 or absent means DefaultGrantUseWithinMS.
+	UseWithinMS uint32 `json:"use_within_ms,omitempty"`
 }
 
 // FieldError names the JSON field of a request that is at fault.

@@ -224,7 +224,7 @@ func (r *ShardRuntime) ExpireLease() {
 const SelfTestCases = 4096
 
 // SelfTestFormulas names the digests in the order the kernel prints them.
-var SelfTestFormulas = []string{"bucket", "heartbeat", "ack", "ready", "backoff", "resume", "lease", "route"}
+var SelfTestFormulas = []string{"bucket", "heartbeat", "ack", "ready", "backoff", "resume", "lease", "route", "grant"}
 
 // splitmix64 is the PRNG both sides implement (Steele, Lea, Flood 2014).
 type splitmix64 struct{ state uint64 }
@@ -343,6 +343,21 @@ func SelfTestDigests(seed uint32) map[string]uint64 {
 			return
 		}
 		d.add32(ShardForGuild(guild, total))
+	})
+	run("grant", func(d *digest) {
+		r1, r2 := rng.next(), rng.next()
+		within := uint32(r2>>8) & 0x3FF // 0: the default
+		var perMS uint64
+		if (r2>>20)&3 != 0 {
+			perMS = r2 >> 24
+		}
+		limit := grantLimitTSC(perMS, within)
+		elapsed := r1 >> (r2 & 63)
+		if (r2>>40)&3 == 0 { // at the boundary: limit-1 .. limit+2
+			elapsed = limit - 1 + r1&3
+		}
+		d.add(b2u(GrantUsableTSC(elapsed, perMS, within)))
+		d.add(limit)
 	})
 	return out
 }
