@@ -50,6 +50,7 @@ const (
 	FlagIdentified   uint32 = 1 << 3 // Identify sent on this connection
 	FlagLeaseStopped uint32 = 1 << 4 // stopped because the node's lease lapsed
 	FlagPending      uint32 = 1 << 5 // assigned, but the previous owner has not released it
+	FlagHeld         uint32 = 1 << 6 // assigned, but beyond the node's capacity: not started (CapacityCut)
 )
 
 // Runtime constants from the seeds.
@@ -224,7 +225,7 @@ func (r *ShardRuntime) ExpireLease() {
 const SelfTestCases = 4096
 
 // SelfTestFormulas names the digests in the order the kernel prints them.
-var SelfTestFormulas = []string{"bucket", "heartbeat", "ack", "ready", "backoff", "resume", "lease", "route", "grant"}
+var SelfTestFormulas = []string{"bucket", "heartbeat", "ack", "ready", "backoff", "resume", "lease", "route", "grant", "capacity"}
 
 // splitmix64 is the PRNG both sides implement (Steele, Lea, Flood 2014).
 type splitmix64 struct{ state uint64 }
@@ -358,6 +359,21 @@ func SelfTestDigests(seed uint32) map[string]uint64 {
 		}
 		d.add(b2u(GrantUsableTSC(elapsed, perMS, within)))
 		d.add(limit)
+	})
+	run("capacity", func(d *digest) {
+		r1 := rng.next()
+		n := uint32(r1) % 129
+		capacity := int(uint32(r1>>32) % 131)
+		ids, kinds := make([]uint32, n), make([]uint8, n)
+		for j := range ids {
+			e := rng.next()
+			ids[j] = uint32(e) % 200
+			kinds[j] = uint8(e>>32) & 3
+		}
+		d.add(uint64(CapacityCut(ids, kinds, capacity)))
+		for _, k := range kinds {
+			d.add(uint64(k))
+		}
 	})
 	return out
 }

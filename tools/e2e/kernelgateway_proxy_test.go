@@ -29,26 +29,57 @@ type heldGrant struct {
 	released time.Time     // when the proxy passed it on to the node
 }
 
-// claimProxy is a reverse proxy in the lab's namespace between the nodes and
-// `dpxe serve`. It passes everything through, but holds the first granted
-// answer to POST /v1/identify for longer than the grant may be used, as a
-// congested switch or a retransmitted segment would.
-type claimProxy struct {
-	mu   sync.Mutex
-	held *heldGrant
-	url  string // the proxy's base URL, for the nodes' controller=
+// labProxy is a reverse proxy in the lab's namespace between the nodes and
+// `dpxe serve`: a real controller behind a network that misbehaves in one
+// chosen way. It passes everything through, except that
+//   - with holdGrant, it holds the first granted answer to POST
+//     /v1/identify for longer than the grant may be used, as a congested
+//     switch or a retransmitted segment would;
+//   - with claimCapacity > 0, it tells the controller that capacity in each
+//     check-in, whatever the node reported (so the controller assigns the
+//     node more than it can run), and records the largest sum of health
+//     counts a node reported.
+type labProxy struct {
+	holdGrant     bool
+	claimCapacity int
+
+	mu        sync.Mutex
+	held      *heldGrant
+	checkins  int
+	maxHealth int    // largest ready+starting+backoff+fatal a node reported
+	url       string // the proxy's base URL, for the nodes' controller=
 }
 
-// startClaimProxy listens on addr in the lab's namespace and forwards to
-// the lab's controller, dialling from inside the namespace too.
-func startClaimProxy(t *testing.T, l *gwLab, addr string) *claimProxy {
+// startLabProxy listens on addr in the lab's namespace and forwards to the
+// lab's controller, dialling from inside the namespace too.
+func startLabProxy(t *testing.T, l *gwLab, addr string, p *labProxy) *labProxy {
 	t.Helper()
 	target, err := url.Parse(l.server)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &claimProxy{url: "http://" + addr}
+	p.url = "http://" + addr
 	rp := httputil.NewSingleHostReverseProxy(target)
+	director := rp.Director
+	rp.Director = func(r *http.Request) {
+		director(r)
+		if p.claimCapacity > 0 && strings.HasSuffix(r.URL.Path, "/v1/checkin") && r.Body != nil {
+			body, err := io.ReadAll(r.Body)
+			r.Body.Close()
+			var req appliance.CheckinRequest
+			if err == nil && json.Unmarshal(body, &req) == nil {
+				p.mu.Lock()
+				p.checkins++
+				p.maxHealth = max(p.maxHealth, req.ReadyShards+req.StartingShards+req.BackoffShards+req.FatalShards)
+				p.mu.Unlock()
+				req.Capacity = p.claimCapacity
+				body, _ = json.Marshal(req)
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			r.ContentLength = int64(len(body))
+			r.Header.Set("Content-Length", strconv.Itoa(len(body)))
+		}
+	}
 	rp.Transport = &http.Transport{
 		DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, network, address string) (net.Conn, error) {
@@ -71,7 +102,7 @@ func startClaimProxy(t *testing.T, l *gwLab, addr string) *claimProxy {
 		}
 		resp.Body = io.NopCloser(bytes.NewReader(body))
 		var r appliance.IdentifyResponse
-		if json.Unmarshal(body, &r) != nil || !r.Granted {
+		if !p.holdGrant || json.Unmarshal(body, &r) != nil || !r.Granted {
 			return nil
 		}
 		p.mu.Lock()
@@ -106,7 +137,7 @@ func startClaimProxy(t *testing.T, l *gwLab, addr string) *claimProxy {
 }
 
 // heldAnswer returns the held grant once the proxy has passed it on.
-func (p *claimProxy) heldAnswer() (heldGrant, bool) {
+func (p *labProxy) heldAnswer() (heldGrant, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.held == nil || p.held.released.IsZero() {
@@ -129,7 +160,7 @@ func TestKernelGatewayLateGrant(t *testing.T) {
 	const subnet = "10.90.0"
 	l := newGWLab(t, ctx, subnet, gatewayemu.Options{HeartbeatInterval: time.Second, Shards: 2, MaxConcurrency: 1},
 		"--total-shards", "2", "--lease", "15s")
-	proxy := startClaimProxy(t, l, subnet+".1:8081")
+	proxy := startLabProxy(t, l, subnet+".1:8081", &labProxy{holdGrant: true})
 	l.nodeController = proxy.url
 	n := l.boot("gw-late", "e1000", 2)
 
@@ -200,6 +231,85 @@ func TestKernelGatewayLateGrant(t *testing.T) {
 	}
 	if re := regexp.MustCompile(`late_grants=1 `); n.serial.waitFor(re, 12*time.Second) == nil {
 		t.Error("the node line does not count one late grant (late_grants=1)")
+	}
+	if v := l.emu.Violations(); len(v) != 0 {
+		t.Errorf("emulator violations: %+v", v)
+	}
+}
+
+// TestKernelGatewayCapacity is issue 22's capacity rule on a real node: it
+// boots with capacity 3 while a proxy tells the controller 8, so the
+// controller's answer assigns it all 8 shards. The node runs only the
+// lowest 3, says so in one console line, reports the other 5 ASSIGNED, and
+// never reports health counts above 3; the Gateway sees sessions of shards
+// 0-2 only.
+func TestKernelGatewayCapacity(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const subnet = "10.91.0"
+	l := newGWLab(t, ctx, subnet, gatewayemu.Options{HeartbeatInterval: time.Second, Shards: 8, MaxConcurrency: 8},
+		"--total-shards", "8", "--lease", "15s", "--max-concurrency", "8")
+	proxy := startLabProxy(t, l, subnet+".1:8081", &labProxy{claimCapacity: 8})
+	l.nodeController = proxy.url
+	n := l.boot("gw-cap", "virtio-net-pci", 3)
+
+	want := regexp.MustCompile(`capacity: the plan gives this node 8 startable shards, more than its capacity 3 allows: the lowest 3 run, 5 held \(not started\)`)
+	if n.serial.waitFor(want, 60*time.Second) == nil {
+		t.Fatal("no console line saying the plan exceeds the capacity")
+	}
+	l.awaitEmu(60*time.Second, "shards 0-2 READY with 3 heartbeats", func(s gatewayemu.State) bool {
+		m := readySessions(s, 3)
+		return m[0] == 1 && m[1] == 1 && m[2] == 1
+	})
+	// Three more check-ins (next_checkin_ms is a third of the 15 s lease
+	// at most) after READY: none may start a held shard.
+	proxy.mu.Lock()
+	seen := proxy.checkins
+	proxy.mu.Unlock()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		proxy.mu.Lock()
+		c := proxy.checkins
+		proxy.mu.Unlock()
+		if c >= seen+3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d check-ins in 30 s", c-seen)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for _, ses := range l.emu.Sessions() {
+		if ses.Shard[0] > 2 {
+			t.Errorf("shard %d (held) has a Gateway session: %+v", ses.Shard[0], ses)
+		}
+	}
+	if got := strings.Count(n.serial.String(), "capacity: the plan gives"); got != 1 {
+		t.Errorf("the capacity line was printed %d times, want once", got)
+	}
+	proxy.mu.Lock()
+	maxHealth, checkins := proxy.maxHealth, proxy.checkins
+	proxy.mu.Unlock()
+	if maxHealth > 3 {
+		t.Errorf("a check-in reported %d shards in health counts, more than the capacity 3", maxHealth)
+	}
+	t.Logf("%d check-ins through the proxy, largest health count %d", checkins, maxHealth)
+	d, err := l.nodeDetail("gw-cap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	states := map[uint32]appliance.ShardState{}
+	for _, s := range d.Shards {
+		states[s.ID] = s.State
+	}
+	for id := uint32(0); id < 8; id++ {
+		want := appliance.ShardAssigned
+		if id < 3 {
+			want = appliance.ShardReady
+		}
+		if states[id] != want {
+			t.Errorf("shard %d is %q at the controller, want %q (all: %v)", id, states[id], want, states)
+		}
 	}
 	if v := l.emu.Violations(); len(v) != 0 {
 		t.Errorf("emulator violations: %+v", v)
