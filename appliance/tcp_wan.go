@@ -13,7 +13,7 @@ const (
 	TCPRxBuf       = 16384   // TCP_RXBUF: every block's own receive ring
 	TCPTxBuf       = 8192    // TCP_TXBUF
 	TCPBulkRxBuf   = 8 << 20 // TCP_BULK_RXBUF: a bulk ring (window scale 7)
-	TCPOOOMax      = 8       // TCP_OOO_MAX: out-of-order ranges a block holds
+	TCPOOOMax      = 32      // TCP_OOO_MAX: out-of-order ranges a block holds
 	TCPMSSOurs     = 1460    // TCP_MSS_OURS
 	TCPWindowMax   = 65535   // the 16-bit window field
 	TCPIWBytes     = 14600   // RFC 6928 §2

@@ -62,7 +62,7 @@ func TestTCPCongestionFormulas(t *testing.T) {
 		}
 	}
 	for _, c := range []struct{ flight, mss, unsent, want uint32 }{
-		{400, 100, 0, 3}, {300, 100, 0, 2}, {200, 100, 0, 1}, {100, 100, 0, 1}, {5, 100, 0, 1},
+		{400, 100, 0, 3}, {300, 100, 0, 2}, {200, 100, 0, 1}, {100, 100, 0, 1}, {5, 100, 0, 1}, {0, 100, 0, 1},
 		{200, 100, 50, 3}, // more to send brings more duplicate ACKs
 	} {
 		if got := TCPDupThresh(c.flight, c.mss, c.unsent); got != c.want {
@@ -73,7 +73,7 @@ func TestTCPCongestionFormulas(t *testing.T) {
 
 // TestTCPReassembly follows the kernel self-test's script (tcp_selftest_wan
 // part 1): ranges most recently changed first, merged when touching, joined
-// when rcv_nxt reaches them, a ninth refused.
+// when rcv_nxt reaches them, one past the last slot refused.
 func TestTCPReassembly(t *testing.T) {
 	var d uint32 = 0xFFFFFFF1 // the peer's first byte: sequence numbers wrap
 	r := TCPReassembly{RcvNxt: d + 4}
@@ -94,7 +94,7 @@ func TestTCPReassembly(t *testing.T) {
 	if n := r.Advance(); n != 1 || r.RcvNxt != d+16 || len(r.Ranges) != 4 {
 		t.Fatalf("Advance: %d joined, rcv_nxt +%d, %d ranges", n, r.RcvNxt-d, len(r.Ranges))
 	}
-	for _, off := range []uint32{56, 58, 60, 62} {
+	for off := uint32(100); len(r.Ranges) < TCPOOOMax; off += 2 {
 		r.Add(d+off, d+off+1)
 	}
 	if r.Add(d+46, d+47) || len(r.Ranges) != TCPOOOMax {
@@ -103,7 +103,7 @@ func TestTCPReassembly(t *testing.T) {
 	if !r.Add(d+44, d+45) || r.Ranges[0] != (TCPRange{d + 40, d + 45}) {
 		t.Fatalf("a touching segment with every slot in use: %v", r.Ranges)
 	}
-	r.RcvNxt = d + 100
+	r.RcvNxt = d + 1000
 	if n := r.Advance(); n != TCPOOOMax || len(r.Ranges) != 0 {
 		t.Fatalf("everything behind rcv_nxt: %d joined, %v left", n, r.Ranges)
 	}
