@@ -144,3 +144,43 @@ func TestParseTCPSegmentWANOptions(t *testing.T) {
 		}
 	}
 }
+
+// TestTCPReassemblyInvariants feeds random arrivals (as TCPWANDigest
+// draws them) and checks what the kernel relies on: ranges stay disjoint,
+// never touch, lie past rcv_nxt and number at most TCPOOOMax, and the SACK
+// blocks are the first of them.
+func TestTCPReassemblyInvariants(t *testing.T) {
+	rng := &splitmix64{state: 42}
+	for c := 0; c < 2000; c++ {
+		r := TCPReassembly{RcvNxt: uint32(rng.next())}
+		for range 64 {
+			a := rng.next()
+			s := r.RcvNxt + uint32(int32(a&0x3FF)-128)
+			e := s + uint32(a>>10)&0xFF + 1
+			switch {
+			case seqDiff(e, r.RcvNxt) <= 0:
+			case seqDiff(s, r.RcvNxt) <= 0:
+				r.RcvNxt = e
+				r.Advance()
+			default:
+				r.Add(s, e)
+			}
+			if len(r.Ranges) > TCPOOOMax {
+				t.Fatalf("%d ranges", len(r.Ranges))
+			}
+			for i, g := range r.Ranges {
+				if seqDiff(g.Seq, r.RcvNxt) <= 0 || seqDiff(g.End, g.Seq) <= 0 {
+					t.Fatalf("range %v with rcv_nxt %d", g, r.RcvNxt)
+				}
+				for _, h := range r.Ranges[i+1:] {
+					if seqDiff(g.Seq, h.End) <= 0 && seqDiff(h.Seq, g.End) <= 0 {
+						t.Fatalf("ranges %v and %v overlap or touch", g, h)
+					}
+				}
+			}
+			if b := r.SACKBlocks(); len(b) != min(len(r.Ranges), TCPSACKMax) || (len(b) > 0 && b[0] != r.Ranges[0]) {
+				t.Fatalf("SACK blocks %v of %v", b, r.Ranges)
+			}
+		}
+	}
+}
