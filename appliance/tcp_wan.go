@@ -14,6 +14,7 @@ const (
 	TCPTxBuf       = 8192    // TCP_TXBUF
 	TCPBulkRxBuf   = 8 << 20 // TCP_BULK_RXBUF: a bulk ring (window scale 7)
 	TCPOOOMax      = 32      // TCP_OOO_MAX: out-of-order ranges a block holds
+	TCPBulkOOO     = 512     // TCP_BULK_OOO: those of a bulk ring's table
 	TCPMSSOurs     = 1460    // TCP_MSS_OURS
 	TCPWindowMax   = 65535   // the 16-bit window field
 	TCPIWBytes     = 14600   // RFC 6928 §2
@@ -110,17 +111,26 @@ func TCPDupThresh(flight, mss, unsent uint32) uint32 {
 type TCPRange struct{ Seq, End uint32 }
 
 // TCPReassembly is a receiver's out-of-order ranges as the kernel keeps
-// them (TCB.ooo): disjoint and not touching, most recently changed first,
-// at most TCPOOOMax.
+// them (the table at TCB.ooo_ptr): disjoint and not touching, most recently
+// changed first, at most Max (0 means TCPOOOMax, a block's own table;
+// a bulk ring's holds TCPBulkOOO).
 type TCPReassembly struct {
 	RcvNxt uint32
 	Ranges []TCPRange
+	Max    int
+}
+
+func (r *TCPReassembly) limit() int {
+	if r.Max == 0 {
+		return TCPOOOMax
+	}
+	return r.Max
 }
 
 // Add records that [s, e), past rcv_nxt, is held (tcp_ooo_add): every range
 // it overlaps or touches is merged into it, and the result goes first. It
-// reports false, and keeps nothing, when no range merged and all
-// TCPOOOMax are in use.
+// reports false, and keeps nothing, when no range merged and all Max are
+// in use.
 func (r *TCPReassembly) Add(s, e uint32) bool {
 	for i := 0; i < len(r.Ranges); {
 		g := r.Ranges[i]
@@ -136,7 +146,7 @@ func (r *TCPReassembly) Add(s, e uint32) bool {
 		}
 		r.Ranges = append(r.Ranges[:i], r.Ranges[i+1:]...)
 	}
-	if len(r.Ranges) >= TCPOOOMax {
+	if len(r.Ranges) >= r.limit() {
 		return false
 	}
 	r.Ranges = append([]TCPRange{{s, e}}, r.Ranges...)
