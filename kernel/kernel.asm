@@ -59,6 +59,7 @@ text_start:
 %include "lib/sha1.inc"		; SHA-1 (WebSocket accept key)
 %include "lib/base64.inc"
 %include "lib/ws.inc"			; RFC 6455 framing
+%include "lib/inflate.inc"		; zlib / DEFLATE streaming inflate
 %include "gateway/gateway.inc"	; per-shard Gateway sessions
 %include "selftest/lib_selftest.inc"
 %include "crypto/sym.inc"		; hashes, MACs, HKDF, AEADs
