@@ -231,8 +231,10 @@ func TestBrowser(t *testing.T) {
 	waitJS(t, tab2, "the drain confirmation", byID("confirm"))
 	screenshot(t, tab2, filepath.Join(out, "drain-confirm.png"))
 	confirm := evalJS[string](t, tab2, `document.querySelector('main').innerText`)
-	if !strings.Contains(confirm, "move to "+ids[0]) || !strings.Contains(confirm, "pending") {
-		t.Fatalf("drain confirmation does not say what moves:\n%s", confirm)
+	moves := evalJS[string](t, tab2, `(document.getElementById('drain-moves') || {innerText: ''}).innerText`)
+	if !strings.Contains(moves, victim) || !strings.Contains(moves, ids[0]) || !strings.Contains(confirm, "pending") ||
+		!strings.Contains(confirm, "resumes") || evalJS[bool](t, tab2, `!!document.getElementById('strand')`) {
+		t.Fatalf("drain confirmation does not say what moves where:\n%s", confirm)
 	}
 	steps(t, tab2, "confirming the drain", chromedp.Click(chromedp.ID("confirm")))
 	waitJS(t, tab2, "the node page after the drain", byID("undrain"))

@@ -244,8 +244,17 @@ func TestServeEndToEnd(t *testing.T) {
 			t.Fatalf("dpxe route %s was accepted or unclear: %v\n%s", bad, err, out)
 		}
 	}
-	if out := cli("drain", "e2e-node.1"); !strings.Contains(out, "e2e-node.1 is draining") {
-		t.Fatalf("dpxe drain:\n%s", out)
+	// The only node: draining it strands its shards. The preview says so,
+	// the drain is refused without --force and changes nothing.
+	if out := cli("drain", "e2e-node.1", "--dry-run"); !strings.Contains(out, "shards 0-7") || !strings.Contains(out, "NO OWNER") {
+		t.Fatalf("dpxe drain --dry-run:\n%s", out)
+	}
+	refused, err := exec.Command(bin, "drain", "e2e-node.1", "--server", p.url, "--token-file", tokenFile).CombinedOutput()
+	if err == nil || !strings.Contains(string(refused), "refused: 8 shards would have no owner") || !strings.Contains(string(refused), "--force") {
+		t.Fatalf("dpxe drain of the only node was not refused: %v\n%s", err, refused)
+	}
+	if out := cli("drain", "e2e-node.1", "--force"); !strings.Contains(out, "e2e-node.1 is draining") || !strings.Contains(out, "NO OWNER") {
+		t.Fatalf("dpxe drain --force:\n%s", out)
 	}
 	var nj struct {
 		Nodes []struct {

@@ -50,6 +50,10 @@ type gwLab struct {
 	lost     chan struct{}
 	lostOnce sync.Once
 	lostWhy  string
+
+	// nodeController, when set, is the controller URL the nodes boot with
+	// instead of server (a proxy in front of it).
+	nodeController string
 }
 
 type gwNode struct {
@@ -173,7 +177,11 @@ func (l *gwLab) boot(id, nic string, capacity uint32) *gwNode {
 	if err := l.ns.AddTap(l.ctx, tap); err != nil {
 		l.t.Fatal(err)
 	}
-	cfg := appliance.BootConfig{NodeID: id, Controller: l.server, Credential: m[1],
+	controller := l.server
+	if l.nodeController != "" {
+		controller = l.nodeController
+	}
+	cfg := appliance.BootConfig{NodeID: id, Controller: controller, Credential: m[1],
 		Capacity: capacity, HasCapacity: capacity != 0, StaticIP: fmt.Sprintf("%s.%d/24,%s.1", l.subnet, 30+i, l.subnet)}
 	n := &gwNode{id: id, serial: &nodeSerial{}, quit: make(chan struct{})}
 	o := qemu.Options{
