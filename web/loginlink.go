@@ -93,7 +93,7 @@ func (t *loginLinks) pruneLocked(now time.Time) {
 // registerLoginLinks mounts the issuing endpoint (admin token) and the
 // link itself.
 func (s *Server) registerLoginLinks(mux *http.ServeMux) {
-	mux.HandleFunc("POST /v1/dashboard/login-links", api.AdminOnly(s.cfg.AdminHash, s.log, s.issueLoginLink))
+	mux.HandleFunc("POST /v1/dashboard/login-links", api.AdminOnly(s.cfg.AdminHash, s.refusals, s.issueLoginLink))
 	mux.HandleFunc("GET "+LoginLinkPrefix+"{token}", s.useLoginLink)
 }
 

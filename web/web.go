@@ -24,6 +24,7 @@ import (
 	"github.com/a-h/templ"
 
 	"github.com/discord-pxe/dpxe/fleet/controller"
+	"github.com/discord-pxe/dpxe/fleet/security"
 	"github.com/discord-pxe/dpxe/fleet/store"
 	"github.com/discord-pxe/dpxe/templates"
 	"github.com/discord-pxe/dpxe/web/view"
@@ -49,7 +50,11 @@ type Config struct {
 	// nil shows those sections as "netboot not enabled".
 	Netboot Netboot
 	Log     *slog.Logger
-	Now     func() time.Time // default time.Now
+	// Refusals counts and logs refused logins, links and forms,
+	// rate-limited per client; nil makes one writing to Log. `dpxe serve`
+	// passes the one its API uses.
+	Refusals *security.Log
+	Now      func() time.Time // default time.Now
 	// LiveEvery is how often live pages are refreshed over server-sent
 	// events (default DefaultLiveEvery).
 	LiveEvery time.Duration
@@ -60,11 +65,12 @@ type Config struct {
 // Server is the dashboard. Mount it with Register and run its live-update
 // loop with Run.
 type Server struct {
-	cfg   Config
-	log   *slog.Logger
-	sess  sessions
-	links loginLinks
-	hub   *hub
+	cfg      Config
+	log      *slog.Logger
+	refusals *security.Log
+	sess     sessions
+	links    loginLinks
+	hub      *hub
 }
 
 // New returns a dashboard for cfg.
@@ -81,7 +87,10 @@ func New(cfg Config) *Server {
 	if cfg.IdentifyWindow <= 0 {
 		cfg.IdentifyWindow = DefaultIdentifyWindow
 	}
-	s := &Server{cfg: cfg, log: cfg.Log, sess: sessions{byID: map[string]*session{}}}
+	if cfg.Refusals == nil {
+		cfg.Refusals = security.New(cfg.Log)
+	}
+	s := &Server{cfg: cfg, log: cfg.Log, refusals: cfg.Refusals, sess: sessions{byID: map[string]*session{}}}
 	s.hub = newHub(s)
 	return s
 }

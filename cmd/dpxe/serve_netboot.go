@@ -314,7 +314,7 @@ type netbootMachine struct {
 //	POST /v1/netboot/machines/{mac}/retire
 //	GET  /v1/netboot/machines/{mac}/timeline     the boot timeline
 func registerNetbootAPI(app *fleetApp, inv *fleetInventory, approver *web.InventoryNetboot, log *slog.Logger) {
-	admin := func(h http.HandlerFunc) http.HandlerFunc { return api.AdminOnly(app.adminHash, log, h) }
+	admin := func(h http.HandlerFunc) http.HandlerFunc { return api.AdminOnly(app.adminHash, app.refusals, h) }
 	machine := func(w http.ResponseWriter, r *http.Request) (net.HardwareAddr, bool) {
 		hw, err := inventory.ParseMAC(r.PathValue("mac"))
 		if err != nil {

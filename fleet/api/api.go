@@ -29,6 +29,7 @@ import (
 
 	"github.com/discord-pxe/dpxe/appliance"
 	"github.com/discord-pxe/dpxe/fleet/controller"
+	"github.com/discord-pxe/dpxe/fleet/security"
 	"github.com/discord-pxe/dpxe/fleet/store"
 )
 
@@ -55,22 +56,43 @@ type Server struct {
 	c         *controller.Controller
 	adminHash [sha256.Size]byte
 	log       *slog.Logger
+	refusals  *security.Log
 }
 
 // New returns a server for c whose operator endpoints accept the admin
-// token with SHA-256 adminHash.
+// token with SHA-256 adminHash. Refused requests are logged to log,
+// rate-limited (see SetRefusals).
 func New(c *controller.Controller, adminHash [sha256.Size]byte, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{c: c, adminHash: adminHash, log: log}
+	return &Server{c: c, adminHash: adminHash, log: log, refusals: security.New(log)}
 }
 
-// Register mounts the API's routes on mux.
+// SetRefusals makes the server count and log its refused requests in l,
+// which `dpxe serve` shares between its parts (one count per reason for
+// the whole server). Call it before serving.
+func (s *Server) SetRefusals(l *security.Log) { s.refusals = l }
+
+// Register mounts every route of the API on mux: RegisterNode's and
+// RegisterOperator's.
 func (s *Server) Register(mux *http.ServeMux) {
+	s.RegisterNode(mux)
+	s.RegisterOperator(mux)
+}
+
+// RegisterNode mounts what nodes use, and only that: GET /healthz, POST
+// /v1/checkin and POST /v1/identify. `dpxe serve` serves these (and the
+// boot files) on the boot network's listener, which carries no operator
+// endpoint.
+func (s *Server) RegisterNode(mux *http.ServeMux) {
 	mux.HandleFunc("GET /healthz", s.health)
 	mux.HandleFunc("POST /v1/checkin", s.checkin)
 	mux.HandleFunc("POST /v1/identify", s.identify)
+}
+
+// RegisterOperator mounts the operator endpoints (admin token).
+func (s *Server) RegisterOperator(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/route", s.admin(s.route))
 	mux.HandleFunc("GET /v1/nodes", s.admin(s.nodes))
 	mux.HandleFunc("POST /v1/nodes", s.admin(s.addNode))
@@ -150,17 +172,19 @@ func bearer(r *http.Request) string {
 
 // admin wraps an operator handler with the admin-token check.
 func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
-	return AdminOnly(s.adminHash, s.log, h)
+	return AdminOnly(s.adminHash, s.refusals, h)
 }
 
 // AdminOnly wraps h with the operator check: the request must carry the
-// admin token (whose SHA-256 is adminHash) as a bearer token. Other parts
-// of `dpxe serve` (netboot) use it for their operator endpoints.
-func AdminOnly(adminHash [sha256.Size]byte, log *slog.Logger, h http.HandlerFunc) http.HandlerFunc {
+// admin token (whose SHA-256 is adminHash) as a bearer token. A refusal is
+// counted and logged, rate-limited, in refusals (which may be nil). Other
+// parts of `dpxe serve` (netboot, the dashboard) use it for their operator
+// endpoints.
+func AdminOnly(adminHash [sha256.Size]byte, refusals *security.Log, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		got := HashToken(bearer(r))
 		if subtle.ConstantTimeCompare(got[:], adminHash[:]) != 1 {
-			log.Warn("admin request refused", "path", r.URL.Path, "remote", r.RemoteAddr)
+			refusals.Refused(security.AdminToken, security.Source(r.RemoteAddr), "admin request refused", "path", r.URL.Path)
 			writeError(w, http.StatusUnauthorized, "", ErrUnauthorized.Error())
 			return
 		}
@@ -267,7 +291,8 @@ func (s *Server) authNode(w http.ResponseWriter, r *http.Request, nodeID string)
 		return true
 	}
 	if errors.Is(err, controller.ErrUnknownNode) || errors.Is(err, controller.ErrBadCredential) {
-		s.log.Warn("node request refused", "node", nodeID, "remote", r.RemoteAddr, "reason", err)
+		s.refusals.Refused(security.NodeCredential, security.Source(r.RemoteAddr), "node request refused",
+			"node", nodeID, "path", r.URL.Path, "why", err.Error())
 		writeError(w, http.StatusUnauthorized, "", ErrUnauthorized.Error())
 		return false
 	}
