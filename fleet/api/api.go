@@ -113,7 +113,8 @@ func HashToken(tok string) [sha256.Size]byte { return sha256.Sum256([]byte(tok))
 
 // LoadOrCreateAdminToken returns the admin token's hash from st. On first
 // start, or when rotate is set, it creates a token, stores only its hash,
-// and writes the token to file with mode 0600; created reports that.
+// and writes the token to file with mode 0600 (write-then-rename: a
+// symbolic link at file is replaced, not followed); created reports that.
 func LoadOrCreateAdminToken(ctx context.Context, st *store.Store, file string, rotate bool) (hash [sha256.Size]byte, created bool, err error) {
 	v, err := st.Setting(ctx, adminTokenSetting)
 	if rotate && err == nil {
@@ -135,29 +136,60 @@ func LoadOrCreateAdminToken(ctx context.Context, st *store.Store, file string, r
 		return hash, false, err
 	}
 	tok := base64.RawURLEncoding.EncodeToString(raw)
-	if err := os.MkdirAll(filepath.Dir(file), 0o750); err != nil {
-		return hash, false, err
-	}
-	f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
+	if err := writeSecretFile(file, tok+"\n"); err != nil {
 		return hash, false, fmt.Errorf("admin token file: %w", err)
-	}
-	if err := f.Chmod(0o600); err != nil {
-		f.Close()
-		return hash, false, err
-	}
-	if _, err := f.WriteString(tok + "\n"); err != nil {
-		f.Close()
-		return hash, false, err
-	}
-	if err := f.Close(); err != nil {
-		return hash, false, err
 	}
 	hash = HashToken(tok)
 	if err := st.SetSetting(ctx, adminTokenSetting, hex.EncodeToString(hash[:])); err != nil {
 		return hash, false, err
 	}
 	return hash, true, nil
+}
+
+// writeSecretFile puts content in file, mode 0600, without ever opening
+// file itself: it writes a new temporary file beside it (O_CREATE|O_EXCL,
+// which refuses to follow a symbolic link or reuse an existing file),
+// syncs it and renames it over file. A symbolic link planted at file is
+// replaced, never followed, so its target is not truncated (issue 24). The
+// directory is created 0700 when missing.
+func writeSecretFile(file, content string) (err error) {
+	dir := filepath.Dir(file)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(file)+".*.tmp") // O_RDWR|O_CREATE|O_EXCL, 0600
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			os.Remove(tmp)
+		}
+	}()
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
+		return err
+	}
+	if _, err := f.WriteString(content); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, file); err != nil {
+		return err
+	}
+	if d, err := os.Open(dir); err == nil {
+		d.Sync() // the rename itself survives a crash
+		d.Close()
+	}
+	return nil
 }
 
 // bearer returns the token of an "Authorization: Bearer" header.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -98,5 +99,50 @@ func TestNodeRoutesOnly(t *testing.T) {
 		if rec.Code != c.want {
 			t.Errorf("%s %s on the node routes: %d, want %d", c.method, c.path, rec.Code, c.want)
 		}
+	}
+}
+
+// TestAdminTokenFileNoSymlink performs the symlink attack of issue 24: a
+// link planted where admin.token goes, pointing at a file the attacker
+// wants truncated. Creating the token replaces the link with a private
+// file and leaves the target alone.
+func TestAdminTokenFileNoSymlink(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := store.Open(ctx, filepath.Join(dir, "var", "dpxe.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	victim := filepath.Join(dir, "precious")
+	if err := os.WriteFile(victim, []byte("do not truncate\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tokFile := filepath.Join(dir, "var", "admin.token")
+	if err := os.Symlink(victim, tokFile); err != nil {
+		t.Fatal(err)
+	}
+	for _, rotate := range []bool{false, true} {
+		hash, created, err := LoadOrCreateAdminToken(ctx, st, tokFile, rotate)
+		if err != nil || !created {
+			t.Fatalf("rotate=%v: created %v, %v", rotate, created, err)
+		}
+		if b, _ := os.ReadFile(victim); string(b) != "do not truncate\n" {
+			t.Fatalf("rotate=%v: the symlink's target was written: %q", rotate, b)
+		}
+		fi, err := os.Lstat(tokFile)
+		if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("rotate=%v: admin.token is %v (%v), want a regular 0600 file", rotate, fi.Mode(), err)
+		}
+		tok, _ := os.ReadFile(tokFile)
+		if HashToken(strings.TrimSpace(string(tok))) != hash {
+			t.Fatalf("rotate=%v: the file does not hold the stored token", rotate)
+		}
+		os.Remove(tokFile)
+		os.Symlink(victim, tokFile)
+		st.DB().Exec(`DELETE FROM settings WHERE key = ?`, adminTokenSetting)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "var", ".admin.token.*")); len(left) != 0 {
+		t.Fatalf("temporary files left: %v", left)
 	}
 }
