@@ -316,14 +316,27 @@ func (s *Server) controllerError(w http.ResponseWriter, r *http.Request, err err
 	}
 }
 
-// authNode checks the node credential of a node request.
-func (s *Server) authNode(w http.ResponseWriter, r *http.Request, nodeID string) bool {
-	err := s.c.Authenticate(r.Context(), nodeID, bearer(r))
+// authNode checks the node credential of a node request. A check-in may
+// redeem the node's pending network enrollment (controller.Enroll).
+func (s *Server) authNode(w http.ResponseWriter, r *http.Request, nodeID string, checkin bool) bool {
+	var err error
+	if checkin {
+		err = s.c.AuthenticateCheckin(r.Context(), nodeID, bearer(r), remoteHost(r))
+	} else {
+		err = s.c.Authenticate(r.Context(), nodeID, bearer(r))
+	}
 	if err == nil {
 		return true
 	}
 	if errors.Is(err, controller.ErrUnknownNode) || errors.Is(err, controller.ErrBadCredential) {
-		s.refusals.Refused(security.NodeCredential, security.Source(r.RemoteAddr), "node request refused",
+		reason := security.NodeCredential
+		switch {
+		case errors.Is(err, controller.ErrEnrollmentAddress):
+			reason = security.EnrollAddress
+		case errors.Is(err, controller.ErrEnrollmentLive):
+			reason = security.EnrollLive
+		}
+		s.refusals.Refused(reason, security.Source(r.RemoteAddr), "node request refused",
 			"node", nodeID, "path", r.URL.Path, "why", err.Error())
 		writeError(w, http.StatusUnauthorized, "", ErrUnauthorized.Error())
 		return false
@@ -355,7 +368,7 @@ func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, err)
 		return
 	}
-	if !s.authNode(w, r, req.NodeID) {
+	if !s.authNode(w, r, req.NodeID, true) {
 		return
 	}
 	resp, err := s.c.Checkin(r.Context(), &req, remoteHost(r))
@@ -376,7 +389,7 @@ func (s *Server) identify(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, err)
 		return
 	}
-	if !s.authNode(w, r, req.NodeID) {
+	if !s.authNode(w, r, req.NodeID, false) {
 		return
 	}
 	resp, err := s.c.Identify(r.Context(), req)

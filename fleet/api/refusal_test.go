@@ -146,3 +146,50 @@ func TestAdminTokenFileNoSymlink(t *testing.T) {
 		t.Fatalf("temporary files left: %v", left)
 	}
 }
+
+// TestCheckinRedeemsEnrollment: over HTTP, a check-in with an enrollment
+// credential from another address is refused (401, counted as
+// enroll_address), and from the script's address it is the node's
+// first check-in; Identify never redeems one.
+func TestCheckinRedeemsEnrollment(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "d.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctrl, _ := controller.New(ctx, st, controller.Config{TotalShards: 4}, time.Now, nil)
+	if _, err := ctrl.AddNode(ctx, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	cred, err := ctrl.Enroll(ctx, "n1", "10.0.0.5", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusals := security.New(nil)
+	srv := New(ctrl, HashToken("admintoken"), nil)
+	srv.SetRefusals(refusals)
+	mux := http.NewServeMux()
+	srv.Register(mux)
+	send := func(remote, path, body string) int {
+		req := httptest.NewRequest("POST", path, strings.NewReader(body))
+		req.RemoteAddr = remote
+		req.Header.Set("Authorization", "Bearer "+cred)
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	body := `{"node_id":"n1","capacity":4}`
+	if code := send("10.0.0.66:1234", "/v1/checkin", body); code != 401 {
+		t.Fatalf("enrollment credential from another address: %d", code)
+	}
+	if code := send("10.0.0.5:1234", "/v1/identify", `{"node_id":"n1","shard_id":0}`); code != 401 {
+		t.Fatalf("enrollment credential on Identify: %d", code)
+	}
+	if refusals.Count(security.EnrollAddress) != 1 {
+		t.Fatalf("counts %v", refusals.Counts())
+	}
+	if code := send("10.0.0.5:1234", "/v1/checkin", body); code != 200 {
+		t.Fatalf("first check-in from the script's address: %d", code)
+	}
+}
