@@ -217,6 +217,19 @@ type fleetApp struct {
 	api *api.Server
 	// refusals counts and logs, rate-limited, what every part refuses.
 	refusals *security.Log
+	// boot is the boot network's surface, set by the netboot part; nil
+	// without --interface.
+	boot *bootRoute
+}
+
+// handler is what the --listen server serves: the operator's mux, and the
+// boot network's mux for connections made to the boot address (a wildcard
+// --listen accepts those too).
+func (a *fleetApp) handler() http.Handler {
+	if a.boot == nil {
+		return a.mux
+	}
+	return a.boot.dispatch(a.mux)
 }
 
 // servePart is an optional piece of `dpxe serve` that lives in its own file
@@ -313,7 +326,7 @@ func runServe(ctx context.Context, args []string) error {
 		return err
 	}
 	srv := &http.Server{
-		Handler:           app.mux,
+		Handler:           app.handler(),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      15 * time.Second,
