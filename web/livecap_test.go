@@ -95,3 +95,25 @@ func TestLiveStreamCaps(t *testing.T) {
 		t.Fatalf("%d warnings for a failing topic over 5 periods, want 1:\n%s", n, logs.String())
 	}
 }
+
+// TestEventsPageShowsEnrollmentRefusals: the security event of a refused
+// re-enrollment (issue 24) is a kind the events page knows, filters on
+// and shows.
+func TestEventsPageShowsEnrollmentRefusals(t *testing.T) {
+	f := seeded(t, nil)
+	ctx := context.Background()
+	// node-a is live in the seeded fleet: a script fetch must not enroll it.
+	if _, err := f.ctrl.Enroll(ctx, "node-a", "10.0.0.66", time.Minute); err == nil {
+		t.Fatal("a live node was enrolled")
+	}
+	if err := f.ctrl.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := f.client()
+	f.login(c, testToken)
+	code, page := get(t, c, f.srv.URL+"/events?kind=enrollment_refused")
+	if code != http.StatusOK || !strings.Contains(page, `<option value="enrollment_refused" selected>`) ||
+		!strings.Contains(page, "10.0.0.66") || strings.Contains(page, "Unknown event kind") {
+		t.Fatalf("events page: %d\n%.2000s", code, page)
+	}
+}
