@@ -161,7 +161,11 @@ func (c *Controller) authenticate(ctx context.Context, id, cred, addr string, ch
 	got := HashCredential(cred)
 	c.mu.Lock()
 	n := c.nodes[id]
-	ok := n != nil && subtle.ConstantTimeCompare(got[:], n.credHash[:]) == 1
+	var seen [sha256.Size]byte // the hash compared, to notice a change meanwhile
+	if n != nil {
+		seen = n.credHash
+	}
+	ok := n != nil && subtle.ConstantTimeCompare(got[:], seen[:]) == 1
 	c.mu.Unlock()
 	if ok {
 		return nil
@@ -185,14 +189,25 @@ func (c *Controller) authenticate(ctx context.Context, id, cred, addr string, ch
 		return ErrUnknownNode
 	case isStored:
 		// The store knows a credential the memory did not (another
-		// process added the node): take it.
+		// process added the node, or a rotation is between its store
+		// write and its memory write): take it, unless the memory changed
+		// since it was compared (an enrollment was redeemed meanwhile:
+		// then the memory's value decides).
 		c.mu.Lock()
-		if n = c.nodes[id]; n == nil {
-			n = &node{id: id, createdAt: rec.CreatedAt}
-			c.nodes[id] = n
+		cur := c.nodes[id]
+		switch {
+		case cur == nil:
+			cur = &node{id: id, createdAt: rec.CreatedAt}
+			copy(cur.credHash[:], stored)
+			c.nodes[id] = cur
+		case n != nil && cur.credHash == seen:
+			copy(cur.credHash[:], stored)
 		}
-		copy(n.credHash[:], stored)
+		match := subtle.ConstantTimeCompare(got[:], cur.credHash[:]) == 1
 		c.mu.Unlock()
+		if !match {
+			return ErrBadCredential
+		}
 		return nil
 	case isEnroll && rec.Enrollment != nil:
 		if !checkin {
@@ -240,26 +255,23 @@ func (c *Controller) redeem(ctx context.Context, id string, e *store.Enrollment,
 		c.log.Warn("enrollment credential refused", "node", id, "from", addr, "reason", ErrEnrollmentLive)
 		return ErrEnrollmentLive
 	}
-	// From here the old credential is refused: memory first, so no
-	// check-in with it can make the node live while the store is written.
-	old := n.credHash
-	n.credHash = h
+	// The store is written with the lock held (one small transaction, once
+	// per boot; no store write waits for this lock, so it cannot
+	// deadlock): no check-in with the old credential can pass the memory
+	// check or make the node live between the decision and the swap.
+	err := c.st.CompleteEnrollment(ctx, id, h[:])
+	if err == nil {
+		n.credHash = h
+		c.eventLocked(t, EventNodeEnrolled, id, nil, fmt.Sprintf("first check-in from %s, %s after its boot script",
+			addr, t.Sub(e.IssuedAt).Round(time.Millisecond)))
+	}
 	c.mu.Unlock()
-	if err := c.st.CompleteEnrollment(ctx, id, h[:]); err != nil {
-		c.mu.Lock()
-		if n.credHash == h {
-			n.credHash = old
-		}
-		c.mu.Unlock()
-		if errors.Is(err, store.ErrNotFound) {
-			return ErrBadCredential // replaced by a newer enrollment meanwhile
-		}
+	if errors.Is(err, store.ErrNotFound) {
+		return ErrBadCredential // replaced by a newer enrollment meanwhile
+	}
+	if err != nil {
 		return err
 	}
-	c.mu.Lock()
-	c.eventLocked(t, EventNodeEnrolled, id, nil, fmt.Sprintf("first check-in from %s, %s after its boot script",
-		addr, t.Sub(e.IssuedAt).Round(time.Millisecond)))
-	c.mu.Unlock()
 	c.log.Info("node enrolled", "node", id, "from", addr)
 	return nil
 }

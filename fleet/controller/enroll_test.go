@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -210,5 +211,36 @@ func TestRefusedAuthSameWorkKnownOrUnknown(t *testing.T) {
 	}
 	if err := h.c.Authenticate(ctx, "a", cred); err != nil {
 		t.Fatalf("store credential not found on the refused path: %v", err)
+	}
+}
+
+// TestRedeemRacesOldCredential: first check-ins with the enrollment
+// credential (a kernel retrying) race requests with the old credential;
+// afterwards the new credential is the node's and the old one is refused,
+// whatever the interleaving (run with -race).
+func TestRedeemRacesOldCredential(t *testing.T) {
+	h := newHarness(t, Config{TotalShards: 4})
+	ctx := context.Background()
+	h.add("n1")
+	old := h.creds["n1"]
+	cred, err := h.c.Enroll(ctx, "n1", "10.0.0.5", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := 0; i < 10; i++ {
+		wg.Add(2)
+		go func() { defer wg.Done(); h.c.AuthenticateCheckin(ctx, "n1", cred, "10.0.0.5") }()
+		go func() { defer wg.Done(); h.c.Authenticate(ctx, "n1", old) }()
+	}
+	wg.Wait()
+	if err := h.c.Authenticate(ctx, "n1", cred); err != nil {
+		t.Fatalf("the enrollment credential after the race: %v", err)
+	}
+	if err := h.c.Authenticate(ctx, "n1", old); !errors.Is(err, ErrBadCredential) {
+		t.Fatalf("the old credential after the race: %v", err)
+	}
+	if ev := h.events(EventNodeEnrolled); len(ev) != 1 {
+		t.Fatalf("%d node_enrolled events, want 1", len(ev))
 	}
 }
