@@ -158,6 +158,7 @@ func New(ctx context.Context, cfg Config, inv inventory.Inventory, leases invent
 	}
 	s := &Server{cfg: cfg, log: cfg.Log, roots: roots}
 	s.track = newTracker(inv, cfg.Log, tr, cfg.EnrollWindow)
+	s.track.refusals = cfg.Refusals
 	if cfg.DHCP.Mode != 0 {
 		if cfg.Interface == "" {
 			roots.Close()
@@ -167,6 +168,9 @@ func New(ctx context.Context, cfg Config, inv inventory.Inventory, leases invent
 		dc.ServerIP = cfg.ServerIP
 		if dc.Boot.HTTPBase == "" {
 			dc.Boot.HTTPBase = cfg.BaseURL
+		}
+		if dc.Refusals == nil {
+			dc.Refusals = cfg.Refusals
 		}
 		if dc.Approved == nil && inv != nil {
 			dc.Approved = approvedBy(inv, cfg.Log)

@@ -14,6 +14,7 @@ import (
 	"github.com/discord-pxe/dpxe/fleet/netboot/httpboot"
 	"github.com/discord-pxe/dpxe/fleet/netboot/inventory"
 	"github.com/discord-pxe/dpxe/fleet/netboot/tftp"
+	"github.com/discord-pxe/dpxe/fleet/security"
 )
 
 // trackerQueue bounds the inventory writes waiting to be stored. When the
@@ -70,13 +71,14 @@ type ticket struct {
 // and it hands out boot tickets. It implements dhcp.Observer and
 // httpboot.Recorder and is safe for concurrent use.
 type tracker struct {
-	inv     inventory.Inventory
-	log     *slog.Logger
-	q       chan func(context.Context) error
-	dropped atomic.Int64
-	trust   trust
-	window  time.Duration
-	now     func() time.Time
+	inv      inventory.Inventory
+	log      *slog.Logger
+	q        chan func(context.Context) error
+	dropped  atomic.Int64
+	trust    trust
+	window   time.Duration
+	now      func() time.Time
+	refusals *security.Log // counts new MACs not recorded (discovered cap)
 
 	mu      sync.Mutex
 	byIP    map[netip.Addr]binding
@@ -102,17 +104,14 @@ func (t *tracker) enqueue(f func(context.Context) error) {
 
 // run stores queued writes until ctx ends, then drains what is queued.
 func (t *tracker) run(ctx context.Context) {
-	full := 0
 	do := func(f func(context.Context) error) {
 		wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		err := f(wctx)
 		switch {
 		case errors.Is(err, inventory.ErrDiscoveredFull):
-			if full++; full%1000 == 1 {
-				t.log.Warn("netboot: not recording new machines: the inventory holds its maximum of discovered ones",
-					"err", err, "not_recorded", full)
-			}
+			t.refusals.Refused(security.DiscoveredCap, "inventory",
+				"netboot: not recording a new machine: the inventory holds its maximum of discovered ones; approve or ignore some")
 		case err != nil:
 			t.log.Error("netboot: inventory write failed", "err", err)
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv4"
 
 	"github.com/discord-pxe/dpxe/fleet/netboot/inventory"
+	"github.com/discord-pxe/dpxe/fleet/security"
 )
 
 // TestForged4011BindsNothing performs the rebinding attack of issue 24
@@ -70,6 +71,9 @@ func TestUnapprovedCapAndShortLeases(t *testing.T) {
 	}
 	if got != 10 {
 		t.Fatalf("%d made-up MACs got addresses, cap 10", got)
+	}
+	if n := h.cfg.Refusals.Count(security.DHCPUnapproved); n != 490 {
+		t.Fatalf("%d refusals counted for 490 MACs beyond the cap", n)
 	}
 	// A made-up MAC asking straight for a free address is NAKed too.
 	if r := h.Reply(ctx, msg(t, fake(999), dhcpv4.MessageTypeRequest, biosPXE, requested(netip.MustParseAddr("10.9.0.118")), serverID(serverIP)), ServerPort); r == nil || r.MessageType() != dhcpv4.MessageTypeNak {

@@ -22,6 +22,7 @@ import (
 	"github.com/insomniacslk/dhcp/iana"
 
 	"github.com/discord-pxe/dpxe/fleet/netboot/inventory"
+	"github.com/discord-pxe/dpxe/fleet/security"
 )
 
 // Mode selects how the server takes part in DHCP.
@@ -129,6 +130,10 @@ type Config struct {
 	UnapprovedLeaseTime time.Duration // 0 means DefaultUnapprovedLeaseTime
 	MaxUnapproved       int           // 0 means half the pool's addresses (at least 1)
 	Boot                Boot
+	// Refusals counts clients refused for the unapproved cap
+	// (security.DHCPUnapproved) and logs them, rate-limited; nil makes
+	// one over the handler's logger.
+	Refusals *security.Log
 }
 
 // Observer receives what the handler learns, for the boot timeline and for
@@ -182,6 +187,9 @@ func New(ctx context.Context, cfg Config, store inventory.LeaseStore, obs Observ
 	}
 	if cfg.LeaseTime <= 0 {
 		cfg.LeaseTime = DefaultLeaseTime
+	}
+	if cfg.Refusals == nil {
+		cfg.Refusals = security.New(log)
 	}
 	if cfg.UnapprovedLeaseTime <= 0 {
 		cfg.UnapprovedLeaseTime = min(DefaultUnapprovedLeaseTime, cfg.LeaseTime)
@@ -557,9 +565,16 @@ func (h *Handler) replyAuthoritative(ctx context.Context, m *dhcpv4.DHCPv4, c cl
 	return nil
 }
 
-// refused logs, rate-limited by the lease table's counters, that c got
-// no address.
+// refused counts and logs, rate-limited, that c got no address: the
+// unapproved cap through Config.Refusals (one line a minute for all
+// MACs: made-up MACs are the point of a flood), an exhausted pool once
+// and then every thousandth time.
 func (h *Handler) refused(c client, err error) {
+	if errors.Is(err, ErrUnapprovedCap) {
+		h.cfg.Refusals.Refused(security.DHCPUnapproved, "dhcp", "dhcp: no address for an unapproved MAC: unapproved MACs hold their share of the pool",
+			"mac", c.mac.String(), "cap", h.cfg.MaxUnapproved)
+		return
+	}
 	n := h.leases.refusals.Add(1)
 	if n == 1 || n%1000 == 0 {
 		h.log.Warn("dhcp: no address", "mac", c.mac.String(), "pool", h.cfg.Pool, "reason", err, "refused_so_far", n)

@@ -59,7 +59,7 @@ type leaseTable struct {
 	// maxUnapproved bounds the live entries (offered or bound) of MACs
 	// that are not approved.
 	maxUnapproved int
-	// refusals counts requests refused for the cap or an exhausted pool.
+	// refusals counts requests refused for an exhausted pool.
 	refusals atomic.Int64
 }
 
