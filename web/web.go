@@ -275,14 +275,14 @@ func (s *Server) loginForm(w http.ResponseWriter, r *http.Request) {
 // otherwise. Clean means: it starts with one '/', every byte is visible
 // ASCII (no control character, space or DEL: browsers drop tabs and
 // newlines, so "/\t/evil.example" would be "//evil.example" to them), no
-// backslash anywhere (browsers read it as '/'), and it parses as a
+// backslash anywhere (browsers read it as '/'), no '#', and it parses as a
 // path with no scheme, host, user or fragment.
 func safeNext(next string) string {
 	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || len(next) > 2048 {
 		return "/"
 	}
 	for i := 0; i < len(next); i++ {
-		if c := next[i]; c <= ' ' || c >= 0x7f || c == '\\' {
+		if c := next[i]; c <= ' ' || c >= 0x7f || c == '\\' || c == '#' {
 			return "/"
 		}
 	}
