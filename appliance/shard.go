@@ -50,6 +50,7 @@ const (
 	FlagIdentified   uint32 = 1 << 3 // Identify sent on this connection
 	FlagLeaseStopped uint32 = 1 << 4 // stopped because the node's lease lapsed
 	FlagPending      uint32 = 1 << 5 // assigned, but the previous owner has not released it
+	FlagHeld         uint32 = 1 << 6 // assigned, but beyond the node's capacity: not started (CapacityCut)
 )
 
 // Runtime constants from the seeds.
@@ -224,7 +225,7 @@ func (r *ShardRuntime) ExpireLease() {
 const SelfTestCases = 4096
 
 // SelfTestFormulas names the digests in the order the kernel prints them.
-var SelfTestFormulas = []string{"bucket", "heartbeat", "ack", "ready", "backoff", "resume", "lease", "route"}
+var SelfTestFormulas = []string{"bucket", "heartbeat", "ack", "ready", "backoff", "resume", "lease", "route", "grant", "capacity"}
 
 // splitmix64 is the PRNG both sides implement (Steele, Lea, Flood 2014).
 type splitmix64 struct{ state uint64 }
@@ -343,6 +344,36 @@ func SelfTestDigests(seed uint32) map[string]uint64 {
 			return
 		}
 		d.add32(ShardForGuild(guild, total))
+	})
+	run("grant", func(d *digest) {
+		r1, r2 := rng.next(), rng.next()
+		within := uint32(r2>>8) & 0x3FF // 0: the default
+		var perMS uint64
+		if (r2>>20)&3 != 0 {
+			perMS = r2 >> 24
+		}
+		limit := grantLimitTSC(perMS, within)
+		elapsed := r1 >> (r2 & 63)
+		if (r2>>40)&3 == 0 { // at the boundary: limit-1 .. limit+2
+			elapsed = limit - 1 + r1&3
+		}
+		d.add(b2u(GrantUsableTSC(elapsed, perMS, within)))
+		d.add(limit)
+	})
+	run("capacity", func(d *digest) {
+		r1 := rng.next()
+		n := uint32(r1) % 129
+		capacity := int(uint32(r1>>32) % 131)
+		ids, kinds := make([]uint32, n), make([]uint8, n)
+		for j := range ids {
+			e := rng.next()
+			ids[j] = uint32(e) % 200
+			kinds[j] = uint8(e>>32) & 3
+		}
+		d.add(uint64(CapacityCut(ids, kinds, capacity)))
+		for _, k := range kinds {
+			d.add(uint64(k))
+		}
 	})
 	return out
 }

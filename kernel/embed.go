@@ -5,8 +5,10 @@
 // directory); boot/ holds the entry stubs and the MBR loader, core/ the
 // serial console, interrupts, timing, paging, PCI and command line,
 // drivers/ the NIC drivers (e1000, virtio-net), net/ the network stack
-// (Ethernet, ARP, IPv4, ICMP, UDP, DHCP, DNS), shard/ the shard runtime,
-// and selftest/ the in-kernel tests.
+// (Ethernet, ARP, IPv4, ICMP, UDP, DHCP, DNS, TCP, HTTP), lib/ strings,
+// splitmix64, JSON, SHA-1, base64 and WebSocket framing, crypto/ the
+// cryptography, node/ the main loop and the check-in, shard/ the shard
+// runtime, gateway/ the Gateway sessions, and selftest/ the in-kernel tests.
 package kernel
 
 import "embed"

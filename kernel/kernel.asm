@@ -9,10 +9,39 @@
 ; Both entry stubs fill one BOOTINFO record and jump to kmain, which is shared
 ; 64-bit position-independent code (DEFAULT REL).
 ;
-; Calling convention for every kernel function (written down once, here):
-;   arguments in RDI, RSI, RDX, RCX, R8, R9; result in RAX; carry flag set on
-;   error; every other register preserved. EFI calls use the MS x64 ABI and
-;   are made only from boot/efi_entry.inc.
+; Calling conventions, as the code has them (docs/kernel.md "Conventions"
+; says the same at more length). Every routine's header names its IN and
+; OUT registers; what follows is the pattern those headers follow.
+;   Everywhere: the result is in RAX (or EAX); CF set means an error or
+;   "no" (CF clear: success, "yes", "equal"); every register a routine does
+;   not return is preserved, flags aside. DF is always clear. Interrupts are
+;   off except inside idle_wait (core/irq.inc). No heap: buffers belong to
+;   the caller, who passes their address and size.
+;   Formulas of the seeds (shard/): RDI = the SHARD (or SHARDRT), then RSI,
+;   RDX, RCX, R8, R9 in order, e.g. RSI = now, RDX = cycles per ms: the
+;   order of the seeds' and appliance/'s function signatures.
+;   Bytes and strings (lib/str.inc, lib/, putsn, the network layers): the
+;   roles of the x86 string instructions, RSI = source, RDI = destination,
+;   RCX = count; a received packet is RSI + RCX, and each layer hands the
+;   next only its own bytes.
+;   JSON: the reader takes RSI = cursor, RDX = end of the document (RSI moves
+;   past what it read); the writer takes RDI = its JW, the value in RSI (or
+;   RSI + RCX, or AL).
+;   Numbers to print: RDI (putdec, puthex64), EDI for an IPv4 address in
+;   network order (putip), DIL for a byte (putc).
+;   Addresses and ports: IPv4 addresses stay in network order in EDI (a
+;   dword load of a packet field), ports in host order in ESI or EDX.
+;   Time: "now" is a TSC value read once per main-loop pass (node/run.inc)
+;   and passed in RDI to every *_tick. Below the ticks it travels where each
+;   room needs it: RSI for http_poll and the shard formulas, RDX for ARP,
+;   DNS and DHCP helpers, R8 for the DNS cache, R9 inside tcp_tick, R13 in
+;   the Gateway. Deadlines are absolute TSC values (tsc_deadline_ms).
+;   The Gateway (gateway/): RBX = the shard's SHARD, R12 = its GWS, R13 =
+;   now, for every gw_* routine that works on one shard; gw_reset also takes
+;   EAX = GWR_* mode and RSI = reason.
+;   Reasons: a parser that refuses input returns CF and RAX = a NUL-terminated
+;   reason naming the field or byte at fault (cmdline, ctl_parse_plan).
+;   EFI calls use the MS x64 ABI and are made only from boot/efi_entry.inc.
 ; =============================================================================
 
 %include "version.inc"
@@ -35,6 +64,8 @@ text_start:
 %include "core/kmain.inc"		; shared 64-bit code from here on
 %include "core/serial.inc"
 %include "core/print.inc"
+%include "lib/str.inc"		; strings and memory
+%include "lib/rand.inc"		; splitmix64 (self-tests, WebSocket keys, TCP ISN key)
 %include "core/idt.inc"
 %include "core/tsc.inc"
 %include "core/paging.inc"
@@ -50,6 +81,7 @@ text_start:
 %include "net/net.inc"
 %include "net/http.inc"		; HTTP/1.1 client
 %include "lib/json.inc"		; JSON reader and writer
+%include "node/run.inc"		; the main loop: receive, then every tick
 %include "node/checkin.inc"		; the check-in loop and the lease
 %include "shard/shard.inc"
 %include "shard/route.inc"

@@ -193,24 +193,35 @@ func (s *simNode) checkin(ctx context.Context) (appliance.CheckinResponse, error
 
 // apply stops the shards the answer no longer assigns, starts the
 // assigned ones that are not pending (and the FATAL ones it asks to
-// restart, afresh), and records the generation as applied (reported in the
-// next check-in, which releases what it stopped).
+// restart, afresh) within the node's capacity, as the kernel does
+// (appliance.RunnableShards: the lowest IDs run, FATAL shards keep their
+// place, the rest are held and stopped if they ran), and records the
+// generation as applied (reported in the next check-in, which releases
+// what it stopped).
 func (s *simNode) apply(ctx context.Context, resp appliance.CheckinResponse) {
 	keep := map[uint32]bool{}
 	for _, id := range resp.Assigned {
 		keep[id] = true
 	}
-	pending := map[uint32]bool{}
-	for _, id := range resp.Pending {
-		pending[id] = true
-	}
 	s.stopShards(keep)
 	s.stopFatal(resp.RestartShards)
+	var fatal []uint32
+	s.mu.Lock()
+	for id, sh := range s.shards {
+		sh.mu.Lock()
+		if sh.st.State == appliance.ShardFatal {
+			fatal = append(fatal, id)
+		}
+		sh.mu.Unlock()
+	}
+	s.mu.Unlock()
+	run, held := appliance.RunnableShards(resp.Assigned, resp.Pending, fatal, simCapacity)
+	s.stopWhere(func(id uint32, _ *simShard) bool { return slices.Contains(held, id) })
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.total = resp.TotalShards
-	for _, id := range resp.Assigned {
-		if pending[id] || s.shards[id] != nil {
+	for _, id := range run {
+		if s.shards[id] != nil {
 			continue
 		}
 		sctx, cancel := context.WithCancel(ctx)
@@ -319,14 +330,24 @@ func shortError(err error) string {
 	return string(b)
 }
 
-// claim asks the controller until it grants an Identify for the shard.
+// claim asks the controller until it grants an Identify for the shard,
+// and uses a grant only if it arrived within its use_within_ms of the
+// claim's sending, as the kernel does (appliance.GrantUsable); a late one
+// is claimed again with unused_grant.
 func (s *simNode) claim(ctx context.Context, id uint32) error {
+	unused := false
 	for {
 		var r appliance.IdentifyResponse
-		err := s.api.do(ctx, "POST", "/v1/identify", appliance.IdentifyRequest{NodeID: s.id, ShardID: id}, &r)
+		sent := time.Now()
+		err := s.api.do(ctx, "POST", "/v1/identify", appliance.IdentifyRequest{NodeID: s.id, ShardID: id, UnusedGrant: unused}, &r)
 		wait := time.Second
 		if err == nil && r.Granted {
-			return nil
+			if appliance.GrantUsable(time.Since(sent), r.UseWithinMS) {
+				return nil
+			}
+			unused, wait = true, 0
+		} else if err == nil {
+			unused = false
 		}
 		if err == nil && r.RetryAfterMS > 0 {
 			wait = time.Duration(r.RetryAfterMS) * time.Millisecond
