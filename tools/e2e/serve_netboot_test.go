@@ -18,8 +18,8 @@ import (
 
 	_ "github.com/mattn/go-sqlite3"
 
+	"github.com/discord-pxe/dpxe/image/qemu"
 	"github.com/discord-pxe/dpxe/tools/netns"
-	"github.com/discord-pxe/dpxe/tools/qemu"
 )
 
 // TestServeNetbootPXE runs the real `dpxe serve --interface` inside a
