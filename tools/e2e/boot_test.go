@@ -14,7 +14,7 @@ import (
 
 	"github.com/discord-pxe/dpxe/appliance"
 	"github.com/discord-pxe/dpxe/image"
-	"github.com/discord-pxe/dpxe/tools/qemu"
+	"github.com/discord-pxe/dpxe/image/qemu"
 )
 
 // bootPath is one way the shard kernel reaches kmain.

@@ -28,7 +28,7 @@ import (
 
 	"github.com/discord-pxe/dpxe/appliance"
 	"github.com/discord-pxe/dpxe/image"
-	"github.com/discord-pxe/dpxe/tools/qemu"
+	"github.com/discord-pxe/dpxe/image/qemu"
 )
 
 const (

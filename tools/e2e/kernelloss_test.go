@@ -21,8 +21,8 @@ import (
 
 	"github.com/discord-pxe/dpxe/appliance"
 	"github.com/discord-pxe/dpxe/image"
+	"github.com/discord-pxe/dpxe/image/qemu"
 	"github.com/discord-pxe/dpxe/tools/netns"
-	"github.com/discord-pxe/dpxe/tools/qemu"
 )
 
 // This machine has no sch_netem (nor tc's gact), so the lossy link of the

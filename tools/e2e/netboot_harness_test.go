@@ -29,8 +29,8 @@ import (
 	"github.com/discord-pxe/dpxe/fleet/netboot"
 	"github.com/discord-pxe/dpxe/fleet/netboot/dhcp"
 	"github.com/discord-pxe/dpxe/fleet/netboot/inventory"
+	"github.com/discord-pxe/dpxe/image/qemu"
 	"github.com/discord-pxe/dpxe/tools/netns"
-	"github.com/discord-pxe/dpxe/tools/qemu"
 )
 
 // nbHelperEnv carries the helper process's configuration (JSON).

@@ -30,8 +30,8 @@ import (
 
 	"github.com/discord-pxe/dpxe/fleet/controller"
 	"github.com/discord-pxe/dpxe/fleet/store"
+	"github.com/discord-pxe/dpxe/image/qemu"
 	"github.com/discord-pxe/dpxe/tools/netns"
-	"github.com/discord-pxe/dpxe/tools/qemu"
 )
 
 // firstCheckin is the kernel's line for its first answered check-in.

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/discord-pxe/dpxe/fleet/netboot/inventory"
-	"github.com/discord-pxe/dpxe/tools/qemu"
+	"github.com/discord-pxe/dpxe/image/qemu"
 )
 
 // TestNetbootAuthoritativeSeaBIOS: a SeaBIOS node with an e1000 and QEMU's

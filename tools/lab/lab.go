@@ -34,8 +34,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/discord-pxe/dpxe/image/qemu"
 	"github.com/discord-pxe/dpxe/tools/netns"
-	"github.com/discord-pxe/dpxe/tools/qemu"
 )
 
 // Firmware choices for the lab's QEMU nodes.
