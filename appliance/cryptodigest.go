@@ -1,0 +1,175 @@
+package appliance
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/sha512"
+	"encoding/binary"
+	"hash"
+	"io"
+
+	"golang.org/x/crypto/hkdf"
+)
+
+// Go references for the kernel's symmetric cryptography (kernel/crypto/):
+// the "selftest digest" lines of kernel/selftest/crypto_sym_selftest.inc,
+// computed with the standard library and golang.org/x/crypto, so the
+// kernel's NASM is compared with independent implementations. Only the
+// TLS 1.3 framing (HkdfLabel, RFC 8446 §7.1) and the DRBG's construction
+// are written here, because no library has them in the form the kernel
+// exposes.
+
+// CryptoSelfTestCases is how many pseudo-random cases the kernel's crypto
+// self-test runs per digest.
+const CryptoSelfTestCases = 1024
+
+// CryptoDigestNames names the symmetric crypto digests in the order the
+// kernel prints them.
+var CryptoDigestNames = []string{
+	"sha256", "sha384", "sha512", "hmac256", "hmac384", "hkdf256", "hkdf384", "tls13label",
+}
+
+// cryptoHash returns the constructor of the kernel's hash number n
+// (0 SHA-256, 1 SHA-384, 2 SHA-512).
+func cryptoHash(n int) func() hash.Hash {
+	switch n {
+	case 0:
+		return sha256.New
+	case 1:
+		return sha512.New384
+	}
+	return sha512.New
+}
+
+// TLS13ExpandLabel is HKDF-Expand-Label(secret, label, context, length) of
+// RFC 8446 §7.1: HKDF-Expand with info = uint16 length || opaque
+// "tls13 "+label<7..255> || opaque context<0..255>. It panics on a label
+// or context longer than 255 bytes, or a length HKDF cannot produce.
+func TLS13ExpandLabel(h func() hash.Hash, secret []byte, label string, context []byte, length int) []byte {
+	full := "tls13 " + label
+	if len(full) > 255 || len(context) > 255 {
+		panic("TLS13ExpandLabel: label or context longer than 255 bytes")
+	}
+	info := make([]byte, 0, 4+len(full)+len(context))
+	info = binary.BigEndian.AppendUint16(info, uint16(length))
+	info = append(info, byte(len(full)))
+	info = append(info, full...)
+	info = append(info, byte(len(context)))
+	info = append(info, context...)
+	out := make([]byte, length)
+	if _, err := io.ReadFull(hkdf.Expand(h, secret, info), out); err != nil {
+		panic("TLS13ExpandLabel: " + err.Error())
+	}
+	return out
+}
+
+// TLS13DeriveSecret is Derive-Secret(secret, label, messages) of RFC 8446
+// §7.1: HKDF-Expand-Label(secret, label, Hash(messages), Hash.length).
+func TLS13DeriveSecret(h func() hash.Hash, secret []byte, label string, messages []byte) []byte {
+	th := h()
+	th.Write(messages)
+	return TLS13ExpandLabel(h, secret, label, th.Sum(nil), th.Size())
+}
+
+// CryptoDigests computes, for a seed, every "selftest digest" line of the
+// kernel's symmetric crypto self-test. Each digest restarts the splitmix64
+// stream from the seed; random bytes come from fillRandom and outputs are
+// folded with digestBytes, as in LibDigests.
+//
+//   - sha256, sha384, sha512: r = next(); n = (r >> 32) % 2100 when
+//     r & 3 == 0, else % 300; n random bytes; two cut points next() % (n+1)
+//     (the kernel hashes the three pieces incrementally); the digest is
+//     folded.
+//   - hmac256, hmac384: r = next(); key length (r >> 8) % 200 (SHA-256) or
+//     % 300 (SHA-384), message length (r >> 32) % 600; the key's random
+//     bytes, then the message's; the tag is folded.
+//   - hkdf256, hkdf384: r = next(); IKM length (r >> 8 & 255) % 100, salt
+//     (r >> 16 & 255) % 100, info (r >> 24 & 255) % 100, L (r >> 40) % 1200;
+//     random IKM, salt, info; the PRK is folded, then the OKM.
+//   - tls13label: r = next(); hash SHA-256 when r & 1 == 0, else SHA-384;
+//     label length (r >> 8 & 255) % 20, context (r >> 16 & 255) % 70, L
+//     (r >> 24 & 255) % 100, messages (r >> 32) % 300; random secret
+//     (HashLen bytes), label, context, messages; HKDF-Expand-Label(secret,
+//     label, context, L) is folded, then Derive-Secret(secret, label,
+//     messages).
+func CryptoDigests(seed uint32) map[string]uint64 {
+	out := map[string]uint64{}
+	run := func(name string, one func(rng *splitmix64, d *digest)) {
+		rng := &splitmix64{state: uint64(seed)}
+		d := newDigest()
+		for i := 0; i < CryptoSelfTestCases; i++ {
+			one(rng, &d)
+		}
+		out[name] = uint64(d)
+	}
+	for i, name := range []string{"sha256", "sha384", "sha512"} {
+		h := cryptoHash(i)
+		run(name, func(rng *splitmix64, d *digest) {
+			r := rng.next()
+			lim := uint64(300)
+			if r&3 == 0 {
+				lim = 2100
+			}
+			b := make([]byte, (r>>32)%lim)
+			fillRandom(rng, b)
+			n := uint64(len(b)) + 1
+			a, c := rng.next()%n, rng.next()%n
+			if a > c {
+				a, c = c, a
+			}
+			x := h()
+			x.Write(b[:a])
+			x.Write(b[a:c])
+			x.Write(b[c:])
+			digestBytes(d, x.Sum(nil))
+		})
+	}
+	for i, name := range []string{"hmac256", "hmac384"} {
+		h, keyMax := cryptoHash(i), uint64(200+100*i)
+		run(name, func(rng *splitmix64, d *digest) {
+			r := rng.next()
+			key := make([]byte, (r>>8)%keyMax)
+			msg := make([]byte, (r>>32)%600)
+			fillRandom(rng, key)
+			fillRandom(rng, msg)
+			m := hmac.New(h, key)
+			m.Write(msg)
+			digestBytes(d, m.Sum(nil))
+		})
+	}
+	for i, name := range []string{"hkdf256", "hkdf384"} {
+		h := cryptoHash(i)
+		run(name, func(rng *splitmix64, d *digest) {
+			r := rng.next()
+			ikm := make([]byte, (r>>8&255)%100)
+			salt := make([]byte, (r>>16&255)%100)
+			info := make([]byte, (r>>24&255)%100)
+			okm := make([]byte, (r>>40)%1200)
+			fillRandom(rng, ikm)
+			fillRandom(rng, salt)
+			fillRandom(rng, info)
+			prk := hkdf.Extract(h, ikm, salt)
+			digestBytes(d, prk)
+			if _, err := io.ReadFull(hkdf.Expand(h, prk, info), okm); err != nil {
+				panic(err) // 1199 < 255 * 32: never
+			}
+			digestBytes(d, okm)
+		})
+	}
+	run("tls13label", func(rng *splitmix64, d *digest) {
+		r := rng.next()
+		h := cryptoHash(int(r & 1))
+		secret := make([]byte, h().Size())
+		label := make([]byte, (r>>8&255)%20)
+		context := make([]byte, (r>>16&255)%70)
+		length := int((r >> 24 & 255) % 100)
+		msgs := make([]byte, (r>>32)%300)
+		fillRandom(rng, secret)
+		fillRandom(rng, label)
+		fillRandom(rng, context)
+		fillRandom(rng, msgs)
+		digestBytes(d, TLS13ExpandLabel(h, secret, string(label), context, length))
+		digestBytes(d, TLS13DeriveSecret(h, secret, string(label), msgs))
+	})
+	return out
+}
