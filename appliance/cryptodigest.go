@@ -1,6 +1,7 @@
 package appliance
 
 import (
+	"crypto/cipher"
 	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/sha512"
@@ -8,6 +9,7 @@ import (
 	"hash"
 	"io"
 
+	"golang.org/x/crypto/chacha20poly1305"
 	"golang.org/x/crypto/hkdf"
 )
 
@@ -27,6 +29,7 @@ const CryptoSelfTestCases = 1024
 // kernel prints them.
 var CryptoDigestNames = []string{
 	"sha256", "sha384", "sha512", "hmac256", "hmac384", "hkdf256", "hkdf384", "tls13label",
+	"chacha20poly1305",
 }
 
 // cryptoHash returns the constructor of the kernel's hash number n
@@ -92,6 +95,11 @@ func TLS13DeriveSecret(h func() hash.Hash, secret []byte, label string, messages
 //     (HashLen bytes), label, context, messages; HKDF-Expand-Label(secret,
 //     label, context, L) is folded, then Derive-Secret(secret, label,
 //     messages).
+//   - chacha20poly1305: r = next(); message length (r >> 32) % 1100, AAD
+//     length (r >> 8 & 255) % 80; random key (32 bytes), nonce (12), AAD,
+//     message; the sealed ciphertext || tag is folded; when r & 3 == 0 bit
+//     (r >> 44) % (len * 8) of it is flipped; Open's verdict is folded as 1
+//     (opened) or 0 (refused).
 func CryptoDigests(seed uint32) map[string]uint64 {
 	out := map[string]uint64{}
 	run := func(name string, one func(rng *splitmix64, d *digest)) {
@@ -171,5 +179,38 @@ func CryptoDigests(seed uint32) map[string]uint64 {
 		digestBytes(d, TLS13ExpandLabel(h, secret, string(label), context, length))
 		digestBytes(d, TLS13DeriveSecret(h, secret, string(label), msgs))
 	})
+	run("chacha20poly1305", func(rng *splitmix64, d *digest) {
+		aeadCase(rng, d, chacha20poly1305.KeySize, func(key []byte) cipher.AEAD {
+			a, err := chacha20poly1305.New(key)
+			if err != nil {
+				panic(err)
+			}
+			return a
+		})
+	})
 	return out
+}
+
+// aeadCase is one AEAD digest case (see CryptoDigests).
+func aeadCase(rng *splitmix64, d *digest, keyLen int, mk func([]byte) cipher.AEAD) {
+	r := rng.next()
+	msg := make([]byte, (r>>32)%1100)
+	aad := make([]byte, (r>>8&255)%80)
+	key, nonce := make([]byte, keyLen), make([]byte, 12)
+	fillRandom(rng, key)
+	fillRandom(rng, nonce)
+	fillRandom(rng, aad)
+	fillRandom(rng, msg)
+	a := mk(key)
+	sealed := a.Seal(nil, nonce, msg, aad)
+	digestBytes(d, sealed)
+	if r&3 == 0 {
+		bit := (r >> 44) % uint64(len(sealed)*8)
+		sealed[bit/8] ^= 1 << (bit % 8)
+	}
+	if _, err := a.Open(nil, nonce, sealed, aad); err == nil {
+		d.add(1)
+	} else {
+		d.add(0)
+	}
 }
