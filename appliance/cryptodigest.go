@@ -1,6 +1,7 @@
 package appliance
 
 import (
+	"crypto/aes"
 	"crypto/cipher"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -29,7 +30,7 @@ const CryptoSelfTestCases = 1024
 // kernel prints them.
 var CryptoDigestNames = []string{
 	"sha256", "sha384", "sha512", "hmac256", "hmac384", "hkdf256", "hkdf384", "tls13label",
-	"chacha20poly1305",
+	"chacha20poly1305", "aesgcm-soft", "aesgcm",
 }
 
 // cryptoHash returns the constructor of the kernel's hash number n
@@ -100,6 +101,10 @@ func TLS13DeriveSecret(h func() hash.Hash, secret []byte, label string, messages
 //     message; the sealed ciphertext || tag is folded; when r & 3 == 0 bit
 //     (r >> 44) % (len * 8) of it is flipped; Open's verdict is folded as 1
 //     (opened) or 0 (refused).
+//   - aesgcm-soft, aesgcm: the same with AES-128-GCM (16-byte key); the
+//     kernel runs it on its software path, then on the CPU's (AES-NI and
+//     PCLMULQDQ when present), and both must equal crypto/aes with
+//     cipher.NewGCM.
 func CryptoDigests(seed uint32) map[string]uint64 {
 	out := map[string]uint64{}
 	run := func(name string, one func(rng *splitmix64, d *digest)) {
@@ -188,6 +193,20 @@ func CryptoDigests(seed uint32) map[string]uint64 {
 			return a
 		})
 	})
+	run("aesgcm", func(rng *splitmix64, d *digest) {
+		aeadCase(rng, d, 16, func(key []byte) cipher.AEAD {
+			b, err := aes.NewCipher(key)
+			if err != nil {
+				panic(err)
+			}
+			g, err := cipher.NewGCM(b)
+			if err != nil {
+				panic(err)
+			}
+			return g
+		})
+	})
+	out["aesgcm-soft"] = out["aesgcm"]
 	return out
 }
 

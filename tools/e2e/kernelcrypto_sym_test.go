@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"crypto/aes"
 	"crypto/cipher"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -78,6 +79,7 @@ var symTags = []string{
 	"KATSHA2 ", "KATHMAC ", "KATHKDF ", "KATTLS13",
 	"WYHMA256", "WYHMA384", "WYHKD256", "WYHKD384",
 	"KATCHAPO", "WYCHAPOL",
+	"KATAESSW", "WYGCMSW ", "KATAESNI", "WYGCMNI ",
 }
 
 func init() {
@@ -90,6 +92,13 @@ func init() {
 	symBuilders["WYHKD256"] = func(s *symSection) error { return buildWycheHKDF(s, "hkdf_sha256_test.json", 0) }
 	symBuilders["WYHKD384"] = func(s *symSection) error { return buildWycheHKDF(s, "hkdf_sha384_test.json", 1) }
 	symBuilders["KATCHAPO"] = buildKATCHAPO
+	// The AES sections run twice, with crypto_force_soft set (the constant-
+	// time software path) and clear (AES-NI + PCLMULQDQ where the CPU has
+	// them, so on qemu64 both are the software path).
+	symBuilders["KATAESSW"] = buildKATAES
+	symBuilders["KATAESNI"] = buildKATAES
+	symBuilders["WYGCMSW "] = buildWycheGCM
+	symBuilders["WYGCMNI "] = buildWycheGCM
 	symBuilders["WYCHAPOL"] = func(s *symSection) error {
 		return buildWycheAEAD(s, "chacha20_poly1305_test.json", chacha20poly1305.New, func(g wycheGroup) string { return "" })
 	}
@@ -389,6 +398,80 @@ func buildKATCHAPO(s *symSection) error {
 	}
 	s.add(4, 'v', "RFC 8439 §2.8.2 AEAD_CHACHA20_POLY1305", []byte("A"), akey, anonce, aad, rfc8439Sunscreen, sealed)
 	return nil
+}
+
+// buildKATAES holds FIPS 197 Appendix C.1 (AES-128) and test cases 1-4 of
+// the GCM specification (McGrew and Viega, "The Galois/Counter Mode of
+// Operation", 2005, Appendix B, repeated in SP 800-38D's validation
+// examples). Records: kind, key, IV, AAD, plaintext, expected
+// (cst_h_aes_kat).
+func buildKATAES(s *symSection) error {
+	key := unhex("000102030405060708090a0b0c0d0e0f")
+	pt := unhex("00112233445566778899aabbccddeeff")
+	ct := unhex("69c4e0d86a7b0430d8cdb78070b4c55a")
+	b, err := aes.NewCipher(key)
+	if err != nil {
+		return err
+	}
+	got := make([]byte, 16)
+	b.Encrypt(got, pt)
+	if !bytes.Equal(got, ct) {
+		return fmt.Errorf("FIPS 197 C.1: Go computes %x, the constant says %x", got, ct)
+	}
+	s.add(1, 'v', "FIPS 197 Appendix C.1 AES-128", []byte("B"), key, nil, nil, pt, ct)
+
+	p3 := unhex("d9313225f88406e5a55909c5aff5269a86a7a9531534f7da2e4c303d8a318a72" +
+		"1c3c0c95956809532fcf0e2449a6b525b16aedf5aa0de657ba637b391aafd255")
+	c3 := unhex("42831ec2217774244b7221b784d0d49ce3aa212f2c02a4e035c17e2329aca12e" +
+		"21d514b25466931c7d8f6a5aac84aa051ba30b396a0aac973d58e091473f5985")
+	k3, iv3 := unhex("feffe9928665731c6d6a8f9467308308"), unhex("cafebabefacedbaddecaf888")
+	for i, k := range []struct {
+		key, iv, aad, pt, sealed []byte
+		src                      string
+	}{
+		{make([]byte, 16), make([]byte, 12), nil, nil, unhex("58e2fccefa7e3061367f1d57a4e7455a"), "GCM spec test case 1 (empty)"},
+		{make([]byte, 16), make([]byte, 12), nil, make([]byte, 16), unhex("0388dace60b6a392f328c2b971b2fe78" + "ab6e47d42cec13bdf53a67b21257bddf"), "GCM spec test case 2 (one zero block)"},
+		{k3, iv3, nil, p3, append(append([]byte{}, c3...), unhex("4d5c2af327cd64a62cf35abd2ba6fab4")...), "GCM spec test case 3 (four blocks)"},
+		{k3, iv3, unhex("feedfacedeadbeeffeedfacedeadbeefabaddad2"), p3[:60], append(append([]byte{}, c3[:60]...), unhex("5bc94fbc3221a5db94fae95ae7121a47")...), "GCM spec test case 4 (AAD, a short last block)"},
+	} {
+		b, err := aes.NewCipher(k.key)
+		if err != nil {
+			return err
+		}
+		g, err := cipher.NewGCM(b)
+		if err != nil {
+			return err
+		}
+		if got := g.Seal(nil, k.iv, k.pt, k.aad); !bytes.Equal(got, k.sealed) {
+			return fmt.Errorf("%s: Go computes %x, the constant says %x", k.src, got, k.sealed)
+		}
+		s.add(uint32(i+2), 'v', k.src, []byte("G"), k.key, k.iv, k.aad, k.pt, k.sealed)
+	}
+	return nil
+}
+
+// buildWycheGCM takes the aes_gcm_test.json groups the kernel has: a 128-bit
+// key and a 96-bit IV. Out of scope, and why: 192- and 256-bit keys (the
+// kernel has AES-128 only, all TLS_AES_128_GCM_SHA256 needs), and IVs of any
+// other length (TLS 1.3 always forms a 96-bit nonce, RFC 8446 §5.3, so the
+// kernel's AEAD takes exactly 12 bytes and has no GHASH-derived J0 path).
+func buildWycheGCM(s *symSection) error {
+	mk := func(key []byte) (cipher.AEAD, error) {
+		b, err := aes.NewCipher(key)
+		if err != nil {
+			return nil, err
+		}
+		return cipher.NewGCM(b)
+	}
+	return buildWycheAEAD(s, "aes_gcm_test.json", mk, func(g wycheGroup) string {
+		if g.KeySize != 128 {
+			return "AES-192/256: the kernel has AES-128 only"
+		}
+		if g.IVSize != 96 {
+			return "IV not 96 bits: TLS 1.3 nonces are 12 bytes"
+		}
+		return ""
+	})
 }
 
 // --- Wycheproof ----------------------------------------------------------------
