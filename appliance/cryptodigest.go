@@ -10,6 +10,7 @@ import (
 	"hash"
 	"io"
 
+	"golang.org/x/crypto/chacha20"
 	"golang.org/x/crypto/chacha20poly1305"
 	"golang.org/x/crypto/hkdf"
 )
@@ -30,7 +31,7 @@ const CryptoSelfTestCases = 1024
 // kernel prints them.
 var CryptoDigestNames = []string{
 	"sha256", "sha384", "sha512", "hmac256", "hmac384", "hkdf256", "hkdf384", "tls13label",
-	"chacha20poly1305", "aesgcm-soft", "aesgcm",
+	"chacha20poly1305", "aesgcm-soft", "aesgcm", "drbg",
 }
 
 // cryptoHash returns the constructor of the kernel's hash number n
@@ -105,6 +106,11 @@ func TLS13DeriveSecret(h func() hash.Hash, secret []byte, label string, messages
 //     kernel runs it on its software path, then on the CPU's (AES-NI and
 //     PCLMULQDQ when present), and both must equal crypto/aes with
 //     cipher.NewGCM.
+//   - drbg: the generator's construction with the CPU's sources off
+//     (DRBG mirrors it): r = next(); seed length (r >> 8 & 255) % 64,
+//     random seed, init; (r >> 16 & 65535) % 300 bytes generated and
+//     folded; reseed input length (r >> 32 & 255) % 48, random, reseed;
+//     (r >> 40 & 65535) % 300 bytes generated and folded; the key folded.
 func CryptoDigests(seed uint32) map[string]uint64 {
 	out := map[string]uint64{}
 	run := func(name string, one func(rng *splitmix64, d *digest)) {
@@ -207,6 +213,59 @@ func CryptoDigests(seed uint32) map[string]uint64 {
 		})
 	})
 	out["aesgcm-soft"] = out["aesgcm"]
+	run("drbg", func(rng *splitmix64, d *digest) {
+		r := rng.next()
+		seed := make([]byte, (r>>8&255)%64)
+		fillRandom(rng, seed)
+		var g DRBG
+		g.Init(seed)
+		digestBytes(d, g.Generate(int((r>>16&65535)%300)))
+		in := make([]byte, (r>>32&255)%48)
+		fillRandom(rng, in)
+		g.Reseed(in)
+		digestBytes(d, g.Generate(int((r>>40&65535)%300)))
+		digestBytes(d, g.key[:])
+	})
+	return out
+}
+
+// DRBG is the Go mirror of the kernel's generator (kernel/crypto/drbg.inc)
+// without its CPU sources: the state is a 32-byte key K; mix(tag, in) sets
+// K = HMAC-SHA256(K, "dpxe-drbg-v1" || tag || in); Init(seed) is K = 0,
+// mix('S', seed); Reseed(in) is mix('R', in); Generate(n) takes the
+// ChaCha20 keystream under K with a zero nonce, block 0's first 32 bytes
+// as the next K and blocks 1.. as the output. It exists to test the
+// kernel's construction and is not a source of randomness.
+type DRBG struct{ key [32]byte }
+
+func (g *DRBG) mix(tag byte, in []byte) {
+	m := hmac.New(sha256.New, g.key[:])
+	m.Write([]byte("dpxe-drbg-v1"))
+	m.Write([]byte{tag})
+	m.Write(in)
+	copy(g.key[:], m.Sum(nil))
+}
+
+// Init restarts the generator from seed.
+func (g *DRBG) Init(seed []byte) {
+	g.key = [32]byte{}
+	g.mix('S', seed)
+}
+
+// Reseed mixes in into the state.
+func (g *DRBG) Reseed(in []byte) { g.mix('R', in) }
+
+// Generate returns n bytes and replaces the key.
+func (g *DRBG) Generate(n int) []byte {
+	c, err := chacha20.NewUnauthenticatedCipher(g.key[:], make([]byte, chacha20.NonceSize))
+	if err != nil {
+		panic(err)
+	}
+	block := make([]byte, 64)
+	c.XORKeyStream(block, block)
+	out := make([]byte, n)
+	c.XORKeyStream(out, out)
+	copy(g.key[:], block[:32])
 	return out
 }
 
