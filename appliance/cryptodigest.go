@@ -13,6 +13,7 @@ import (
 	"golang.org/x/crypto/chacha20"
 	"golang.org/x/crypto/chacha20poly1305"
 	"golang.org/x/crypto/hkdf"
+	"golang.org/x/crypto/poly1305"
 )
 
 // Go references for the kernel's symmetric cryptography (kernel/crypto/):
@@ -31,7 +32,7 @@ const CryptoSelfTestCases = 1024
 // kernel prints them.
 var CryptoDigestNames = []string{
 	"sha256", "sha384", "sha512", "hmac256", "hmac384", "hkdf256", "hkdf384", "tls13label",
-	"chacha20poly1305", "aesgcm-soft", "aesgcm", "drbg",
+	"chacha20", "poly1305", "chacha20poly1305", "aesgcm-soft", "aesgcm", "drbg",
 }
 
 // cryptoHash returns the constructor of the kernel's hash number n
@@ -87,7 +88,8 @@ func TLS13DeriveSecret(h func() hash.Hash, secret []byte, label string, messages
 //     folded.
 //   - hmac256, hmac384: r = next(); key length (r >> 8) % 200 (SHA-256) or
 //     % 300 (SHA-384), message length (r >> 32) % 600; the key's random
-//     bytes, then the message's; the tag is folded.
+//     bytes, then the message's; a cut point next() % (n+1) (the kernel
+//     MACs the two pieces incrementally); the tag is folded.
 //   - hkdf256, hkdf384: r = next(); IKM length (r >> 8 & 255) % 100, salt
 //     (r >> 16 & 255) % 100, info (r >> 24 & 255) % 100, L (r >> 40) % 1200;
 //     random IKM, salt, info; the PRK is folded, then the OKM.
@@ -97,6 +99,12 @@ func TLS13DeriveSecret(h func() hash.Hash, secret []byte, label string, messages
 //     (HashLen bytes), label, context, messages; HKDF-Expand-Label(secret,
 //     label, context, L) is folded, then Derive-Secret(secret, label,
 //     messages).
+//   - chacha20: r = next(); length (r >> 32) % 1100, first block counter
+//     (r >> 8) & 0xFFFFFF; random key (32 bytes), nonce (12), input; the
+//     output is folded.
+//   - poly1305: r = next(); n = (r >> 32) % 600; random key (32), message;
+//     two cut points next() % (n+1) (three incremental updates); the tag
+//     is folded.
 //   - chacha20poly1305: r = next(); message length (r >> 32) % 1100, AAD
 //     length (r >> 8 & 255) % 80; random key (32 bytes), nonce (12), AAD,
 //     message; the sealed ciphertext || tag is folded; when r & 3 == 0 bit
@@ -151,6 +159,7 @@ func CryptoDigests(seed uint32) map[string]uint64 {
 			msg := make([]byte, (r>>32)%600)
 			fillRandom(rng, key)
 			fillRandom(rng, msg)
+			rng.next() // the kernel's cut point
 			m := hmac.New(h, key)
 			m.Write(msg)
 			digestBytes(d, m.Sum(nil))
@@ -189,6 +198,33 @@ func CryptoDigests(seed uint32) map[string]uint64 {
 		fillRandom(rng, msgs)
 		digestBytes(d, TLS13ExpandLabel(h, secret, string(label), context, length))
 		digestBytes(d, TLS13DeriveSecret(h, secret, string(label), msgs))
+	})
+	run("chacha20", func(rng *splitmix64, d *digest) {
+		r := rng.next()
+		in := make([]byte, (r>>32)%1100)
+		key, nonce := make([]byte, 32), make([]byte, 12)
+		fillRandom(rng, key)
+		fillRandom(rng, nonce)
+		fillRandom(rng, in)
+		c, err := chacha20.NewUnauthenticatedCipher(key, nonce)
+		if err != nil {
+			panic(err)
+		}
+		c.SetCounter(uint32(r >> 8 & 0xFFFFFF))
+		c.XORKeyStream(in, in)
+		digestBytes(d, in)
+	})
+	run("poly1305", func(rng *splitmix64, d *digest) {
+		r := rng.next()
+		var key [32]byte
+		msg := make([]byte, (r>>32)%600)
+		fillRandom(rng, key[:])
+		fillRandom(rng, msg)
+		rng.next() // the kernel's cut points
+		rng.next()
+		var tag [16]byte
+		poly1305.Sum(&tag, msg, &key)
+		digestBytes(d, tag[:])
 	})
 	run("chacha20poly1305", func(rng *splitmix64, d *digest) {
 		aeadCase(rng, d, chacha20poly1305.KeySize, func(key []byte) cipher.AEAD {

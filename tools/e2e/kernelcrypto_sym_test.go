@@ -692,6 +692,22 @@ func TestKernelCryptoSym(t *testing.T) {
 					t.Logf("%s", strings.TrimSpace(line)) // figures for notes, never asserted
 				}
 			}
+			// qemu64 has neither AES-NI nor RDRAND; max (TCG) has both:
+			// the paths the kernel chose must be the ones the CPU allows.
+			wantPath, wantHW := "path=soft", []string{"hw=none"}
+			if cpu == "max" {
+				wantPath, wantHW = "path=aesni+pclmulqdq", []string{"hw=rdrand", "hw=rdseed"}
+			}
+			if !strings.Contains(res.Serial, "cryptotest sym: aes128gcm "+wantPath) {
+				t.Errorf("CPU %s: no \"cryptotest sym: aes128gcm %s\" line", cpu, wantPath)
+			}
+			hwOK := false
+			for _, hw := range wantHW {
+				hwOK = hwOK || strings.Contains(res.Serial, "cryptotest drbg: "+hw+" jitter=64")
+			}
+			if !hwOK {
+				t.Errorf("CPU %s: no \"cryptotest drbg: %s jitter=64\" line", cpu, strings.Join(wantHW, " or "))
+			}
 			verdicts := parseVerdicts(res.Serial)
 			for _, tag := range symTags {
 				sec := symSections[tag]
