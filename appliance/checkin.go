@@ -8,6 +8,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"time"
 )
 
 // This file holds the wire types a node and the controller exchange over
@@ -148,6 +149,10 @@ type ResumeState struct {
 type IdentifyRequest struct {
 	NodeID  string `json:"node_id"`
 	ShardID uint32 `json:"shard_id"`
+	// UnusedGrant says the node discarded its last grant for this shard
+	// because the answer arrived later than its use_within_ms: no Identify
+	// was sent, so the shard has not started (start-group order).
+	UnusedGrant bool `json:"unused_grant,omitempty"`
 }
 
 // IdentifyReason says why an Identify claim was refused.
@@ -172,6 +177,48 @@ type IdentifyResponse struct {
 	Bucket       uint32         `json:"bucket"`
 	Reason       IdentifyReason `json:"reason,omitempty"`
 	RetryAfterMS int64          `json:"retry_after_ms,omitempty"`
+	// UseWithinMS is a grant's validity: the node may send Identify only if
+	// the grant arrived at most this long after the node sent its claim
+	// (GrantUsable); a later grant is discarded and claimed again.
+	UseWithinMS uint32 `json:"use_within_ms,omitempty"`
+}
+
+// Identify grant validity. The controller answers the grants of one bucket
+// at least a window W apart (measured from each answer). A node sends
+// Identify as soon as a grant arrives, and only if it arrived within G of
+// the moment the node sent its claim; the claim was sent before it was
+// answered, so each Identify leaves its node within [answer, answer + G],
+// and two Identifies of one bucket leave their nodes at least W - G apart,
+// however late the network delivered either answer. With G = W - 5 s the
+// node-side spacing never falls under Discord's 5 s (docs/api.md).
+const (
+	// DiscordIdentifyInterval is Discord's spacing of Identifies per bucket
+	// (research gateway-protocol-and-sharding.md §1.11).
+	DiscordIdentifyInterval = 5 * time.Second
+	// DefaultGrantUseWithinMS is the validity a node assumes for a grant
+	// that carries no use_within_ms (the default window's 250 ms guard).
+	DefaultGrantUseWithinMS = 250
+)
+
+// GrantUseWithin is the validity G the controller gives a grant for an
+// Identify window w: the part of the window beyond Discord's 5 s, or, for a
+// window of 5 s or less (a test Gateway scaled down in time), the same
+// one-21st share the default 5.25 s window has, at least 1 ms.
+func GrantUseWithin(w time.Duration) time.Duration {
+	if w > DiscordIdentifyInterval {
+		return w - DiscordIdentifyInterval
+	}
+	return max(w/21, time.Millisecond)
+}
+
+// GrantUsable reports whether a grant that arrived elapsed after its claim
+// was sent may be used; useWithinMS 0 means DefaultGrantUseWithinMS. The
+// kernel applies the same rule (gateway claim code) to its TSC reading.
+func GrantUsable(elapsed time.Duration, useWithinMS uint32) bool {
+	if useWithinMS == 0 {
+		useWithinMS = DefaultGrantUseWithinMS
+	}
+	return elapsed >= 0 && elapsed <= time.Duration(useWithinMS)*time.Millisecond
 }
 
 // FieldError names the JSON field of a request that is at fault.
@@ -260,7 +307,7 @@ func jsonKind(k string) string {
 
 // ParseCheckinRequest decodes and validates a check-in body: JSON shape,
 // unknown fields, node ID, capacity 1..128, health counts 0..128 with a
-// sum no larger than the capacity, and each per-shard status (at most 256:
+// sum no larger than 128, and each per-shard status (at most 256:
 // 128 live and 128 released with a session). Errors are
 // *FieldError naming the field, or ErrBodyTooLarge. Shard IDs are checked
 // against MaxTotalShards only; the controller checks them against its total.
@@ -294,8 +341,12 @@ func (r *CheckinRequest) Validate() error {
 		}
 		sum += c.v
 	}
-	if sum > r.Capacity {
-		return &FieldError{Field: "ready_shards", Reason: fmt.Sprintf("health counts sum to %d, more than capacity %d", sum, r.Capacity)}
+	// The sum may exceed the capacity: a node that restarted with a smaller
+	// capacity still runs what its last answer assigned until the next
+	// answer, which the controller sizes to the new capacity (so the node
+	// recovers instead of being refused until its lease lapses).
+	if sum > MaxShardsPerNode {
+		return &FieldError{Field: "ready_shards", Reason: fmt.Sprintf("health counts sum to %d, more than %d", sum, MaxShardsPerNode)}
 	}
 	// A node reports its live shards and, once, the shards it released
 	// with a session: up to 128 of each in one check-in.

@@ -83,6 +83,11 @@ const (
 	// EventShardRestarted: a shard with a restart request came back from
 	// FATAL (its node reported another state, or claimed an Identify).
 	EventShardRestarted = "shard_restarted"
+	// EventIdentifyUnused: a node claimed again for a shard whose last
+	// grant it discarded (the answer arrived past use_within_ms): the shard
+	// counts as not started for the start-group order, also after a
+	// restart (loadStartOrder).
+	EventIdentifyUnused = "identify_unused"
 )
 
 // Errors.
