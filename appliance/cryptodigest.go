@@ -26,7 +26,7 @@ import (
 
 // CryptoSelfTestCases is how many pseudo-random cases the kernel's crypto
 // self-test runs per digest.
-const CryptoSelfTestCases = 1024
+const CryptoSelfTestCases = 2048
 
 // CryptoDigestNames names the symmetric crypto digests in the order the
 // kernel prints them.
