@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"crypto/sha512"
 	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -27,7 +26,7 @@ import (
 // need that parser), keys into raw integers and points (the X.509 layer
 // will need SubjectPublicKeyInfo, RSAPublicKey and the EC point inside a
 // BIT STRING), hex into bytes, and messages into their hashes (the kernel's
-// SHA-256/384 come from the sym layer).
+// SHA-256/384 are the sym layer's, which the kernel uses inside RSA-PSS).
 
 // asymWycheproofDir holds the Wycheproof files (C2SP/wycheproof, Apache 2.0;
 // see its README.md and LICENSE).
@@ -78,13 +77,7 @@ type asymWycheproofFile struct {
 	} `json:"testGroups"`
 }
 
-func unhex(s string) []byte {
-	b, err := hex.DecodeString(s)
-	if err != nil {
-		panic(fmt.Sprintf("wycheproof hex %q: %v", s, err))
-	}
-	return b
-}
+// (unhex, hex to bytes, is kernelcrypto_sym_test.go's.)
 
 // fixedBE is a big-endian integer string (possibly with a sign byte) as
 // exactly n bytes.
@@ -357,20 +350,10 @@ func asymLoad() (map[string]*asymSection, error) {
 	return asymSections, asymErr
 }
 
-// asymPSS says the kernel verifies RSASSA-PSS: it hashes (MGF1, M') with
-// the symmetric layer's SHA-256/384, so kernel/crypto/asym.inc defines
-// ASYM_PSS, and this is true, once those are on main.
-const asymPSS = false
-
 // asymTags lists the public-key sections in the order the kernel runs them.
-var asymTags = func() []string {
-	tags := []string{"WPX25519", "WPP256DH", "WPE256S2", "WPE384S3", "WPE384S2",
-		"WPR2K256", "WPR2K384", "WPR3K256", "WPR4K384", "RNE256S2", "RNE384S3", "RNRSA1V5"}
-	if asymPSS {
-		tags = append(tags, "WPS2K256", "WPS3K256", "WPS4K384", "RNRSAPSS")
-	}
-	return tags
-}()
+var asymTags = []string{"WPX25519", "WPP256DH", "WPE256S2", "WPE384S3", "WPE384S2",
+	"WPR2K256", "WPR2K384", "WPR3K256", "WPR4K384", "RNE256S2", "RNE384S3", "RNRSA1V5",
+	"WPS2K256", "WPS3K256", "WPS4K384", "RNRSAPSS"}
 
 func init() {
 	for _, tag := range asymTags {
