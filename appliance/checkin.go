@@ -161,6 +161,10 @@ type ResumeState struct {
 type IdentifyRequest struct {
 	NodeID  string `json:"node_id"`
 	ShardID uint32 `json:"shard_id"`
+	// UnusedGrant says the node discarded its last grant for this shard
+	// because the answer arrived later than its use_within_ms: no Identify
+	// was sent, so the shard has not started (start-group order).
+	UnusedGrant bool `json:"unused_grant,omitempty"`
 }
 
 // IdentifyReason says why an Identify claim was refused.
@@ -277,7 +281,7 @@ func jsonKind(k string) string {
 
 // ParseCheckinRequest decodes and validates a check-in body: JSON shape,
 // unknown fields, node ID, capacity 1..128, health counts 0..128 with a
-// sum no larger than the capacity, and each per-shard status (at most 256:
+// sum no larger than 128, and each per-shard status (at most 256:
 // 128 live and 128 released with a session). Errors are
 // *FieldError naming the field, or ErrBodyTooLarge. Shard IDs are checked
 // against MaxTotalShards only; the controller checks them against its total.
@@ -311,8 +315,12 @@ func (r *CheckinRequest) Validate() error {
 		}
 		sum += c.v
 	}
-	if sum > r.Capacity {
-		return &FieldError{Field: "ready_shards", Reason: fmt.Sprintf("health counts sum to %d, more than capacity %d", sum, r.Capacity)}
+	// The sum may exceed the capacity: a node that restarted with a smaller
+	// capacity still runs what its last answer assigned until the next
+	// answer, which the controller sizes to the new capacity (so the node
+	// recovers instead of being refused until its lease lapses).
+	if sum > MaxShardsPerNode {
+		return &FieldError{Field: "ready_shards", Reason: fmt.Sprintf("health counts sum to %d, more than %d", sum, MaxShardsPerNode)}
 	}
 	// A node reports its live shards and, once, the shards it released
 	// with a session: up to 128 of each in one check-in.

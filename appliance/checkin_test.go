@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseCheckinRequest(t *testing.T) {
@@ -34,6 +35,13 @@ func TestParseCheckinRequest(t *testing.T) {
 		t.Fatalf("pings decoded as %+v", p)
 	}
 
+	// A node that rebooted with a smaller capacity reports what its last
+	// answer had it run: accepted, so the controller can shrink its plan.
+	over := `{"node_id":"a","capacity":4,"starting_shards":16}`
+	if _, err := ParseCheckinRequest([]byte(over)); err != nil {
+		t.Fatalf("counts over the capacity refused: %v", err)
+	}
+
 	bad := []struct {
 		name, body, field string
 	}{
@@ -52,7 +60,7 @@ func TestParseCheckinRequest(t *testing.T) {
 		{"capacity string", `{"node_id":"a","capacity":"1"}`, "capacity"},
 		{"negative ready", `{"node_id":"a","capacity":1,"ready_shards":-1}`, "ready_shards"},
 		{"fatal 129", `{"node_id":"a","capacity":128,"fatal_shards":129}`, "fatal_shards"},
-		{"sum over capacity", `{"node_id":"a","capacity":2,"ready_shards":2,"backoff_shards":1}`, "ready_shards"},
+		{"sum over 128", `{"node_id":"a","capacity":2,"ready_shards":100,"backoff_shards":29}`, "ready_shards"},
 		{"negative generation", `{"node_id":"a","capacity":1,"generation":-1}`, "generation"},
 		{"shard state", `{"node_id":"a","capacity":1,"shards":[{"id":1,"state":"RUNNING"}]}`, "shards[0].state"},
 		{"shard id range", `{"node_id":"a","capacity":1,"shards":[{"id":131072,"state":"READY"}]}`, "shards[0].id"},
@@ -440,4 +448,30 @@ func FuzzParseCheckinResponse(f *testing.F) {
 			t.Fatalf("round trip changed %+v into %+v", r, r2)
 		}
 	})
+}
+
+func TestGrantValidity(t *testing.T) {
+	if g := GrantUseWithin(5250 * time.Millisecond); g != 250*time.Millisecond {
+		t.Errorf("GrantUseWithin(5.25 s) = %v, want 250 ms", g)
+	}
+	if g := GrantUseWithin(100 * time.Millisecond); g != 100*time.Millisecond/21 {
+		t.Errorf("GrantUseWithin(100 ms) = %v", g)
+	}
+	if g := GrantUseWithin(time.Millisecond); g != time.Millisecond {
+		t.Errorf("GrantUseWithin(1 ms) = %v, want at least 1 ms", g)
+	}
+	for _, c := range []struct {
+		elapsed time.Duration
+		ms      uint32
+		ok      bool
+	}{
+		{0, 250, true}, {250 * time.Millisecond, 250, true}, {251 * time.Millisecond, 250, false},
+		{240 * time.Millisecond, 0, true}, {260 * time.Millisecond, 0, false}, // 0: the 250 ms default
+		{-time.Millisecond, 250, false}, // a clock that ran backwards proves nothing
+		{5 * time.Second, 1000, false}, {999 * time.Millisecond, 1000, true},
+	} {
+		if got := GrantUsable(c.elapsed, c.ms); got != c.ok {
+			t.Errorf("GrantUsable(%v, %d) = %v, want %v", c.elapsed, c.ms, got, c.ok)
+		}
+	}
 }

@@ -20,8 +20,24 @@ import (
 // W - G apart, however late either answer travelled.
 
 // DefaultGrantUseWithinMS is the validity of a grant whose answer carries
-// no use_within_ms.
+// no use_within_ms (the default window's 250 ms guard).
 const DefaultGrantUseWithinMS = 250
+
+// DiscordIdentifyInterval is Discord's spacing of Identifies per bucket
+// (research gateway-protocol-and-sharding.md §1.11).
+const DiscordIdentifyInterval = 5 * time.Second
+
+// GrantUseWithin is the validity G the controller gives a grant for an
+// Identify window w: the part of the window beyond Discord's 5 s, so that
+// W - G is Discord's interval; for a window of 5 s or less (a test Gateway
+// scaled down in time), the same one-21st share the default 5.25 s window
+// has, at least 1 ms.
+func GrantUseWithin(w time.Duration) time.Duration {
+	if w > DiscordIdentifyInterval {
+		return w - DiscordIdentifyInterval
+	}
+	return max(w/21, time.Millisecond)
+}
 
 // TSCGuessCyclesPerMS is the kernel's TSC rate when calibration failed
 // (kernel/core/tsc.inc TSC_GUESS_PER_MS): 1 GHz.
@@ -34,7 +50,8 @@ func GrantUsable(elapsed time.Duration, useWithinMS uint32) bool {
 	if useWithinMS == 0 {
 		useWithinMS = DefaultGrantUseWithinMS
 	}
-	return elapsed <= time.Duration(useWithinMS)*time.Millisecond
+	// A negative elapsed (a clock that went backwards) proves nothing.
+	return elapsed >= 0 && elapsed <= time.Duration(useWithinMS)*time.Millisecond
 }
 
 // GrantUsableTSC is GrantUsable on the node's clock, as the kernel computes

@@ -231,8 +231,10 @@ func TestBrowser(t *testing.T) {
 	waitJS(t, tab2, "the drain confirmation", byID("confirm"))
 	screenshot(t, tab2, filepath.Join(out, "drain-confirm.png"))
 	confirm := evalJS[string](t, tab2, `document.querySelector('main').innerText`)
-	if !strings.Contains(confirm, "move to "+ids[0]) || !strings.Contains(confirm, "pending") {
-		t.Fatalf("drain confirmation does not say what moves:\n%s", confirm)
+	moves := evalJS[string](t, tab2, `(document.getElementById('drain-moves') || {innerText: ''}).innerText`)
+	if !strings.Contains(moves, victim) || !strings.Contains(moves, ids[0]) || !strings.Contains(confirm, "pending") ||
+		!strings.Contains(confirm, "resumes") || evalJS[bool](t, tab2, `!!document.getElementById('strand')`) {
+		t.Fatalf("drain confirmation does not say what moves where:\n%s", confirm)
 	}
 	steps(t, tab2, "confirming the drain", chromedp.Click(chromedp.ID("confirm")))
 	waitJS(t, tab2, "the node page after the drain", byID("undrain"))
@@ -355,6 +357,44 @@ func TestBrowser(t *testing.T) {
 	waitJS(t, tab2, "the restart taken up", `!document.getElementById('restart-fatal') && !(`+cardNote+`)`)
 	if m := evalJS[int](t, tab2, `window.__noReload || 0`); m != 9 {
 		t.Fatal("the node page reloaded; live updates should have changed it in place")
+	}
+
+	// Live updates keep what the operator is using: with the Drain button of
+	// a node focused, updates change the part it sits in (one of the node's
+	// shards goes FATAL and back, so the Restart control comes and goes
+	// beside it), and the focused element stays the same DOM node, still in
+	// the page, still focused; Enter then opens the drain confirmation.
+	focusNode := ids[4]
+	var focusShard uint32
+	for _, n := range f.ctrl.Nodes() {
+		if n.ID == focusNode {
+			focusShard = n.RangeStart
+		}
+	}
+	steps(t, tab2, "the node page to focus", chromedp.Navigate(base+"/nodes/"+focusNode))
+	waitJS(t, tab2, "the node page's live connection", `document.getElementById('drain') && document.getElementById('live-status').textContent.includes('connected')`)
+	if ok := evalJS[bool](t, tab2, `(() => { const b = document.getElementById('drain'); b.focus(); window.__focused = b; return document.activeElement === b })()`); !ok {
+		t.Fatal("could not focus the Drain button")
+	}
+	const stillFocused = `window.__focused.isConnected && document.activeElement === window.__focused && document.getElementById('drain') === window.__focused`
+	for i, st := range []appliance.ShardState{appliance.ShardFatal, appliance.ShardReady, appliance.ShardFatal, appliance.ShardReady} {
+		before := evalJS[int](t, tab2, `Number(document.body.dataset.updates || 0)`)
+		f.mu.Lock()
+		f.state[fmt.Sprint(focusShard)] = st
+		f.mu.Unlock()
+		f.settle(ids...)
+		control := `!!document.getElementById('restart-fatal') === ` + fmt.Sprint(st == appliance.ShardFatal)
+		waitJS(t, tab2, fmt.Sprintf("update %d of the focused page (shard %d %v)", i+1, focusShard, st),
+			`Number(document.body.dataset.updates || 0) > `+fmt.Sprint(before)+` && `+control)
+		if !evalJS[bool](t, tab2, stillFocused) {
+			t.Fatalf("after live update %d the focused Drain button was replaced or lost focus (active element: %s)", i+1,
+				evalJS[string](t, tab2, `document.activeElement ? document.activeElement.outerHTML.slice(0, 200) : "none"`))
+		}
+	}
+	steps(t, tab2, "Enter on the focused Drain button", chromedp.KeyEvent("\r"))
+	waitJS(t, tab2, "the drain confirmation opened from the keyboard", byID("confirm"))
+	if d, _ := f.ctrl.Node(context.Background(), focusNode); d.Draining {
+		t.Fatalf("%s drained without its confirmation", focusNode)
 	}
 
 	// Forged POSTs: a same-origin script without the token, and a form on

@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/discord-pxe/dpxe/appliance"
@@ -332,47 +331,14 @@ func BuildEventRows(evs []store.Event, now time.Time) []view.EventRow {
 	return out
 }
 
-// BuildMoves says where a node's shards go if it drains: the plan
-// recomputed with the node draining, intersected with its current range.
-// It also counts every shard of the fleet that would change node: ranges
-// stay contiguous, so other nodes' shards shift too.
-func BuildMoves(nodes []controller.NodeView, id string, total uint32) (moves []view.Move, unplaced, allMoved uint32) {
-	var members []controller.Member
-	var cur controller.Range
-	old := map[string]controller.Range{}
-	for _, n := range nodes {
-		if !n.Live {
-			continue
-		}
-		m := controller.Member{ID: n.ID, Capacity: max(n.Capacity, 1), Draining: n.Draining}
-		if n.ID == id {
-			m.Draining = true
-			cur = controller.Range{Start: n.RangeStart, Count: n.RangeCount}
-		}
-		old[n.ID] = controller.Range{Start: n.RangeStart, Count: n.RangeCount}
-		members = append(members, m)
+// BuildDrainConfirm turns the controller's drain preview into the
+// confirmation page's view: the controller computes what moves where with
+// its own policy, the view only words it.
+func BuildDrainConfirm(p controller.DrainPreview) (moves []view.Move, leaving, strands, allMoved uint32) {
+	for _, m := range p.Moves {
+		moves = append(moves, view.Move{From: m.From, To: m.To, Range: rangeText(m.Start, m.Count), Count: m.Count})
 	}
-	slices.SortFunc(members, func(a, b controller.Member) int { return strings.Compare(a.ID, b.ID) })
-	next := controller.Rebalance(members, total)
-	placed := uint32(0)
-	for i, r := range next {
-		lo := max(r.Start, cur.Start)
-		hi := min(r.Start+r.Count, cur.Start+cur.Count)
-		if hi > lo && members[i].ID != id {
-			moves = append(moves, view.Move{To: members[i].ID, Range: rangeText(lo, hi-lo), Count: hi - lo})
-			placed += hi - lo
-		}
-		// Shards of r that member i does not hold now change node.
-		o := old[members[i].ID]
-		lo = max(r.Start, o.Start)
-		hi = min(r.Start+r.Count, o.Start+o.Count)
-		kept := uint32(0)
-		if hi > lo {
-			kept = hi - lo
-		}
-		allMoved += r.Count - kept
-	}
-	return moves, cur.Count - placed, allMoved
+	return moves, p.Leaving, p.Strands, p.Moved
 }
 
 // nodeBoot fetches a node's netboot section.

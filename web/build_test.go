@@ -3,6 +3,7 @@ package web
 import (
 	"errors"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -124,38 +125,16 @@ func TestBuildShardMap(t *testing.T) {
 	})
 }
 
-func TestBuildMoves(t *testing.T) {
-	nodes := []controller.NodeView{
-		{ID: "a", Live: true, Capacity: 10, RangeStart: 0, RangeCount: 10},
-		{ID: "b", Live: true, Capacity: 10, RangeStart: 10, RangeCount: 10},
-		{ID: "c", Live: true, Capacity: 10, RangeStart: 20, RangeCount: 10},
-		{ID: "gone", Live: false, Capacity: 10},
-	}
-	moves, unplaced, all := BuildMoves(nodes, "b", 30)
-	// Without b, the full fleet (capacity 20) takes shards 0..19: a 0-9,
-	// c 10-19; b's 10..19 all go to c and nothing is unplaced? The plan
-	// caps at capacity, so shards 20..29 become unowned, but those are c's.
-	// c's new range 10..19 counts as 10 shards changing node (b's); c's
-	// old shards 20..29 become unowned, which is not a change of node.
-	if len(moves) != 1 || moves[0].To != "c" || moves[0].Range != "10–19" || moves[0].Count != 10 || unplaced != 0 || all != 10 {
-		t.Fatalf("moves %+v unplaced %d all %d", moves, unplaced, all)
-	}
-	// Four equal nodes over 40 shards: draining the first shifts every
-	// range: b 10-19 → 0-12, c 20-29 → 13-25, d 30-39 → 26-39.
-	four := []controller.NodeView{
-		{ID: "a", Live: true, Capacity: 20, RangeStart: 0, RangeCount: 10},
-		{ID: "b", Live: true, Capacity: 20, RangeStart: 10, RangeCount: 10},
-		{ID: "c", Live: true, Capacity: 20, RangeStart: 20, RangeCount: 10},
-		{ID: "d", Live: true, Capacity: 20, RangeStart: 30, RangeCount: 10},
-	}
-	moves, _, all = BuildMoves(four, "a", 40)
-	if len(moves) != 1 || moves[0].To != "b" || moves[0].Count != 10 || all <= 10 {
-		t.Fatalf("four nodes: moves %+v all %d", moves, all)
-	}
-	// Draining the only node leaves everything unplaced.
-	moves, unplaced, _ = BuildMoves(nodes[:1], "a", 10)
-	if len(moves) != 0 || unplaced != 10 {
-		t.Fatalf("only node: moves %+v unplaced %d", moves, unplaced)
+// The confirmation words the controller's preview: every move with its
+// range, and the counts as the controller gave them (the policy itself is
+// tested in fleet/controller, TestDrainPreviewIsThePlan).
+func TestBuildDrainConfirm(t *testing.T) {
+	p := controller.DrainPreview{NodeID: "a", Live: true, RangeStart: 0, RangeCount: 8, Leaving: 8, Moved: 16, Strands: 8,
+		Moves: []controller.ShardMove{{From: "a", To: "b", Start: 0, Count: 8}, {From: "b", To: "", Start: 8, Count: 8}}}
+	moves, leaving, strands, all := BuildDrainConfirm(p)
+	want := []view.Move{{From: "a", To: "b", Range: "0–7", Count: 8}, {From: "b", To: "", Range: "8–15", Count: 8}}
+	if !slices.Equal(moves, want) || leaving != 8 || strands != 8 || all != 16 {
+		t.Fatalf("moves %+v leaving %d strands %d all %d", moves, leaving, strands, all)
 	}
 }
 

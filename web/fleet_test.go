@@ -40,6 +40,10 @@ type testFleet struct {
 	state map[string]appliance.ShardState // state nodes report for their shards (default READY)
 }
 
+// testLease is the test fleet's node lease: longer than a whole browser
+// session (browserSession), so no step waits on it.
+const testLease = 10 * time.Minute
+
 type fleetOpts struct {
 	total, maxConc uint32
 	liveEvery      time.Duration
@@ -56,8 +60,11 @@ func newTestFleet(t testing.TB, o fleetOpts) *testFleet {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The nodes check in only when a test step says so (settle), so their
+	// lease must outlast the longest stretch between two steps on a loaded
+	// machine: no test here waits for a lease to lapse.
 	ctrl, err := controller.New(ctx, st, controller.Config{TotalShards: o.total, MaxConcurrency: o.maxConc,
-		RebalanceEvery: -1, IdentifyWindow: 50 * time.Millisecond}, time.Now, nil)
+		Lease: testLease, RebalanceEvery: -1, IdentifyWindow: 50 * time.Millisecond}, time.Now, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -261,9 +261,14 @@ func (s *Server) drainConfirm(drain bool) http.HandlerFunc {
 			title = "Drain " + id
 		}
 		v := view.DrainConfirm{Page: s.page(r, title, "nodes"), NodeID: id, Drain: drain, Live: d.Live,
-			Range: rangeText(d.RangeStart, d.RangeCount), Count: d.RangeCount}
+			Range: rangeText(d.RangeStart, d.RangeCount), Count: d.RangeCount, Already: d.Draining}
 		if drain {
-			v.Moves, v.Unplaced, v.AllMoved = BuildMoves(s.cfg.Controller.Nodes(), id, s.cfg.Controller.Config().TotalShards)
+			p, err := s.cfg.Controller.PreviewDrain(id)
+			if err != nil {
+				s.controllerProblem(w, r, err)
+				return
+			}
+			v.Moves, v.Leaving, v.Strands, v.AllMoved = BuildDrainConfirm(p)
 		}
 		s.render(w, r, http.StatusOK, templates.DrainConfirmPage(v))
 	}
@@ -272,7 +277,25 @@ func (s *Server) drainConfirm(drain bool) http.HandlerFunc {
 func (s *Server) drain(on bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("id")
-		if err := s.cfg.Controller.SetDraining(r.Context(), id, on); err != nil {
+		var err error
+		if on {
+			// A drain that strands shards needs the confirmation's explicit
+			// "leave them unowned" box; without it the page comes back with
+			// the preview as it is now.
+			var p controller.DrainPreview
+			p, err = s.cfg.Controller.Drain(r.Context(), id, r.PostFormValue("strand") == "yes")
+			if errors.Is(err, controller.ErrDrainStrands) {
+				v := view.DrainConfirm{Page: s.page(r, "Drain "+id, "nodes"), NodeID: id, Drain: true, Live: p.Live,
+					Range: rangeText(p.RangeStart, p.RangeCount), Count: p.RangeCount,
+					Refused: fmt.Sprintf("Not drained: %d shards would have no owner. Tick the box to drain anyway, or add capacity first.", p.Strands)}
+				v.Moves, v.Leaving, v.Strands, v.AllMoved = BuildDrainConfirm(p)
+				s.render(w, r, http.StatusConflict, templates.DrainConfirmPage(v))
+				return
+			}
+		} else {
+			err = s.cfg.Controller.SetDraining(r.Context(), id, false)
+		}
+		if err != nil {
 			s.controllerProblem(w, r, err)
 			return
 		}

@@ -164,9 +164,12 @@ func TestPagesWithoutJavaScript(t *testing.T) {
 		}
 	}
 
-	// Drain: a confirmation that says what moves, then the POST.
+	// Drain: a confirmation that says what moves from where to where (the
+	// controller's preview), then the POST.
 	_, body := get(t, c, f.srv.URL+"/nodes/node-b/drain")
-	if !strings.Contains(body, "move to <strong>node-a</strong>") || !strings.Contains(body, "move to <strong>node-c</strong>") {
+	if !strings.Contains(body, `id="drain-moves"`) || !strings.Contains(body, "<td>node-b</td>") ||
+		!strings.Contains(body, "<strong>node-a</strong>") || !strings.Contains(body, "<strong>node-c</strong>") ||
+		strings.Contains(body, `id="strand"`) || strings.Contains(body, "Identify again") {
 		t.Fatalf("drain confirmation does not say where shards go:\n%s", body)
 	}
 	code, loc, _ := post(t, c, f.srv.URL+"/nodes/node-b/drain", url.Values{"csrf": {csrf}})
@@ -180,6 +183,23 @@ func TestPagesWithoutJavaScript(t *testing.T) {
 	if !strings.Contains(body, "is draining") || !strings.Contains(body, `id="undrain"`) {
 		t.Fatalf("node page after drain lacks the confirmation or the Undrain button")
 	}
+	// With node-b draining, node-c alone (capacity 32) cannot hold 64
+	// shards: draining node-a too says how many would have no owner, needs
+	// the explicit box, and without it changes nothing.
+	_, body = get(t, c, f.srv.URL+"/nodes/node-a/drain")
+	if !strings.Contains(body, `id="drain-strands"`) || !strings.Contains(body, "32 shards would have no owner") ||
+		!strings.Contains(body, `name="strand"`) || !strings.Contains(body, "<strong>no owner</strong>") {
+		t.Fatalf("stranding drain confirmation does not warn:\n%s", body)
+	}
+	code, _, body = post(t, c, f.srv.URL+"/nodes/node-a/drain", url.Values{"csrf": {csrf}})
+	if d, _ := f.ctrl.Node(context.Background(), "node-a"); code != http.StatusConflict || d.Draining || !strings.Contains(body, `id="drain-refused"`) {
+		t.Fatalf("stranding drain without the box: %d, draining %v\n%s", code, d.Draining, body)
+	}
+	code, _, _ = post(t, c, f.srv.URL+"/nodes/node-a/drain", url.Values{"csrf": {csrf}, "strand": {"yes"}})
+	if d, _ := f.ctrl.Node(context.Background(), "node-a"); code != http.StatusSeeOther || !d.Draining {
+		t.Fatalf("stranding drain with the box: %d, draining %v", code, d.Draining)
+	}
+	post(t, c, f.srv.URL+"/nodes/node-a/undrain", url.Values{"csrf": {csrf}})
 	code, _, _ = post(t, c, f.srv.URL+"/nodes/node-b/undrain", url.Values{"csrf": {csrf}})
 	if d, _ := f.ctrl.Node(context.Background(), "node-b"); code != http.StatusSeeOther || d.Draining {
 		t.Fatalf("undrain POST: %d, draining %v", code, d.Draining)

@@ -174,12 +174,13 @@ func runNodes(ctx context.Context, args []string) error {
 	case "show":
 		return showNode(ctx, c, name)
 	case "drain", "undrain":
-		var v controller.NodeView
-		if err := c.do(ctx, "POST", "/v1/nodes/"+url.PathEscape(name)+"/"+verb, nil, &v); err != nil {
-			return err
+		// The same as `dpxe drain NODE`: the preview, and a refusal that
+		// strands shards (`dpxe drain --force` drains anyway).
+		again := []string{name, "--server", *cf.server, "--token-file", *cf.tokenFile}
+		if *cf.json {
+			again = append(again, "--json")
 		}
-		fmt.Printf("%s: draining=%v\n", v.ID, v.Draining)
-		return nil
+		return runDrain(ctx, verb, again)
 	}
 	var out struct {
 		Nodes []controller.NodeView `json:"nodes"`

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/discord-pxe/dpxe/appliance"
+	"github.com/discord-pxe/dpxe/fleet/api"
 	"github.com/discord-pxe/dpxe/fleet/controller"
 )
 
@@ -70,6 +72,11 @@ func printJSON(v any) error {
 func runDrain(ctx context.Context, verb string, args []string) error {
 	fs := newFlagSet(verb, "[flags] NODE")
 	cf := addClientFlags(fs)
+	var force, dryRun *bool
+	if verb == "drain" {
+		force = fs.Bool("force", false, "drain even if the other nodes cannot hold every shard (some stay unowned)")
+		dryRun = fs.Bool("dry-run", false, "print what the drain would move where, and change nothing")
+	}
 	rest, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -84,19 +91,97 @@ func runDrain(ctx context.Context, verb string, args []string) error {
 	if err != nil {
 		return err
 	}
-	var v controller.NodeView
-	if err := c.do(ctx, "POST", "/v1/nodes/"+url.PathEscape(rest[0])+"/"+verb, nil, &v); err != nil {
+	path := "/v1/nodes/" + url.PathEscape(rest[0]) + "/" + verb
+	if verb == "drain" && *dryRun {
+		var p controller.DrainPreview
+		if err := c.do(ctx, "GET", path, nil, &p); err != nil {
+			return err
+		}
+		if *cf.json {
+			return printJSON(p)
+		}
+		printDrainPreview(os.Stdout, p)
+		return nil
+	}
+	if verb == "drain" && *force {
+		path += "?force=true"
+	}
+	status, data, err := c.send(ctx, "POST", path, nil)
+	if err != nil {
+		return err
+	}
+	if status == http.StatusConflict && verb == "drain" {
+		var refusal api.DrainRefusal
+		if json.Unmarshal(data, &refusal) == nil && refusal.Preview.NodeID != "" {
+			if *cf.json {
+				printJSON(refusal)
+			} else {
+				printDrainPreview(os.Stdout, refusal.Preview)
+			}
+			return fmt.Errorf("drain %s refused: %d shards would have no owner (add capacity or nodes first, or pass --force to drain anyway)",
+				rest[0], refusal.Preview.Strands)
+		}
+	}
+	if status/100 != 2 {
+		return apiError("POST", path, status, data)
+	}
+	var v api.DrainResponse
+	if err := json.Unmarshal(data, &v); err != nil {
 		return err
 	}
 	if *cf.json {
 		return printJSON(v)
 	}
+	if v.Preview != nil {
+		printDrainPreview(os.Stdout, *v.Preview)
+	}
 	if v.Draining {
-		fmt.Printf("%s is draining: its shards move to other nodes at the next plan (pending until %s releases them or its lease ends)\n", v.ID, v.ID)
+		fmt.Printf("%s is draining: the moves above happen at the next plan; each moving shard stays pending on its new node until %s releases it or its lease ends, and its session resumes there\n", v.ID, v.ID)
 	} else {
 		fmt.Printf("%s is back in the plan\n", v.ID)
 	}
 	return nil
+}
+
+// printDrainPreview says what a drain moves where, in the controller's
+// words: the node's own shards, the shifts of other nodes, and what ends
+// up unowned.
+func printDrainPreview(w io.Writer, p controller.DrainPreview) {
+	switch {
+	case p.Draining:
+		fmt.Fprintf(w, "%s is already draining.\n", p.NodeID)
+		return
+	case !p.Live:
+		fmt.Fprintf(w, "%s is not live (no lease): it holds no shards, and draining keeps it from getting any when it returns.\n", p.NodeID)
+	case p.RangeCount == 0:
+		fmt.Fprintf(w, "%s has no shards assigned.\n", p.NodeID)
+	default:
+		fmt.Fprintf(w, "%s runs shards %s (%d). Draining it changes the plan so:\n", p.NodeID, rangeText(p.RangeStart, p.RangeCount), p.RangeCount)
+	}
+	for _, m := range p.Moves {
+		from, to := m.From, m.To
+		if from == "" {
+			from = "no owner"
+		}
+		if to == "" {
+			to = "NO OWNER"
+		}
+		fmt.Fprintf(w, "  shards %-13s (%3d)  %s -> %s\n", rangeText(m.Start, m.Count), m.Count, from, to)
+	}
+	if p.Moved > p.Leaving {
+		fmt.Fprintf(w, "%d shards change node in all: ranges stay contiguous, so other nodes' shards shift too.\n", p.Moved)
+	}
+	if p.Strands > 0 {
+		fmt.Fprintf(w, "%d shards would have NO OWNER: the other nodes' capacity cannot hold them.\n", p.Strands)
+	}
+}
+
+// rangeText is "A-B" for a run of shards, "A" for one.
+func rangeText(start, count uint32) string {
+	if count == 1 {
+		return fmt.Sprint(start)
+	}
+	return fmt.Sprintf("%d-%d", start, start+count-1)
 }
 
 // restartFatal is the answer of POST /v1/nodes/{id}/restart-fatal.

@@ -143,7 +143,11 @@ func TestServeEndToEnd(t *testing.T) {
 	db := filepath.Join(dir, "var", "dpxe.db")
 	tokenFile := filepath.Join(dir, "var", "admin.token")
 	cfgFile := filepath.Join(dir, "serve.json")
-	os.WriteFile(cfgFile, []byte(`{"total_shards": 8, "identify_window": "100ms", "lease": "5s"}`), 0o644)
+	// The node's lease must outlast the CLI calls and the restart below on
+	// a loaded machine: the node renews it right before the restart, and
+	// the test checks the restored plan well inside it.
+	const lease = 60 * time.Second
+	os.WriteFile(cfgFile, []byte(`{"total_shards": 8, "identify_window": "100ms", "lease": "`+lease.String()+`"}`), 0o644)
 	args := []string{"--db", db, "--config", cfgFile, "--max-concurrency", "2"}
 	p := startServe(t, bin, args...)
 	if !strings.Contains(p.logs(), "admin token created") || !strings.Contains(p.logs(), tokenFile) {
@@ -169,11 +173,28 @@ func TestServeEndToEnd(t *testing.T) {
 		t.Fatal("a secret appeared in the server log")
 	}
 
+	// Check in as a node does (acknowledging the last generation it got),
+	// again after next_checkin_ms until the plan gives it its whole range:
+	// a rebalance may be held back by its rate limit.
 	var r appliance.CheckinResponse
-	body := `{"node_id":"e2e-node.1","capacity":8,"ready_shards":0,"starting_shards":0,"backoff_shards":0,"fatal_shards":0}`
-	if code := httpJSON(t, "POST", p.url+"/v1/checkin", cred, body, &r); code != 200 || r.TotalShards != 8 || r.RangeCount != 8 || r.MaxConcurrency != 2 || r.LeaseSeconds != 5 {
-		t.Fatalf("check-in: %d %+v", code, r)
+	checkinUntilRange := func(what string) {
+		t.Helper()
+		for end := time.Now().Add(e2eDeadline); ; {
+			body := `{"node_id":"e2e-node.1","capacity":8,"generation":` + jsonNum(r.Generation) + `}`
+			code := httpJSON(t, "POST", p.url+"/v1/checkin", cred, body, &r)
+			if code != 200 || r.TotalShards != 8 || r.MaxConcurrency != 2 || r.LeaseSeconds != uint32(lease/time.Second) {
+				t.Fatalf("%s: %d %+v", what, code, r)
+			}
+			if r.RangeCount == 8 && len(r.Pending) == 0 {
+				return
+			}
+			if time.Now().After(end) {
+				t.Fatalf("%s: no whole range after %v of check-ins: %+v", what, e2eDeadline, r)
+			}
+			time.Sleep(time.Duration(r.NextCheckinMS) * time.Millisecond)
+		}
 	}
+	checkinUntilRange("check-in")
 	var e struct{ Error, Field string }
 	if code := httpJSON(t, "POST", p.url+"/v1/checkin", cred, `{"node_id":"e2e-node.1","capacity":8,"colour":"red"}`, &e); code != 400 || e.Field != "colour" {
 		t.Fatalf("unknown field: %d %+v", code, e)
@@ -223,8 +244,17 @@ func TestServeEndToEnd(t *testing.T) {
 			t.Fatalf("dpxe route %s was accepted or unclear: %v\n%s", bad, err, out)
 		}
 	}
-	if out := cli("drain", "e2e-node.1"); !strings.Contains(out, "e2e-node.1 is draining") {
-		t.Fatalf("dpxe drain:\n%s", out)
+	// The only node: draining it strands its shards. The preview says so,
+	// the drain is refused without --force and changes nothing.
+	if out := cli("drain", "e2e-node.1", "--dry-run"); !strings.Contains(out, "shards 0-7") || !strings.Contains(out, "NO OWNER") {
+		t.Fatalf("dpxe drain --dry-run:\n%s", out)
+	}
+	refused, err := exec.Command(bin, "drain", "e2e-node.1", "--server", p.url, "--token-file", tokenFile).CombinedOutput()
+	if err == nil || !strings.Contains(string(refused), "refused: 8 shards would have no owner") || !strings.Contains(string(refused), "--force") {
+		t.Fatalf("dpxe drain of the only node was not refused: %v\n%s", err, refused)
+	}
+	if out := cli("drain", "e2e-node.1", "--force"); !strings.Contains(out, "e2e-node.1 is draining") || !strings.Contains(out, "NO OWNER") {
+		t.Fatalf("dpxe drain --force:\n%s", out)
 	}
 	var nj struct {
 		Nodes []struct {
@@ -238,6 +268,10 @@ func TestServeEndToEnd(t *testing.T) {
 	if out := cli("undrain", "e2e-node.1", "--json"); !strings.Contains(out, `"draining": false`) {
 		t.Fatalf("dpxe undrain --json:\n%s", out)
 	}
+	// The node takes its range back after the undrain and renews its
+	// lease, as it would, just before the restart.
+	checkinUntilRange("check-in after the undrain")
+	renewedAt := time.Now()
 	p.stop(t)
 
 	// Restart on the same file: same token, the node restored live with
@@ -252,10 +286,13 @@ func TestServeEndToEnd(t *testing.T) {
 		Grace      string `json:"restart_grace_until"`
 	}
 	if code := httpJSON(t, "GET", p.url+"/v1/plan", admin, "", &plan); code != 200 || plan.Owned != 8 || plan.Grace == "" || plan.Generation != r.Generation {
+		if took := time.Since(renewedAt); took >= lease {
+			t.Fatalf("plan after restart: %d %+v: the restart took %v, longer than the %v lease (an overloaded machine, not a controller fault)", code, plan, took, lease)
+		}
 		t.Fatalf("plan after restart: %d %+v", code, plan)
 	}
 	var r2 appliance.CheckinResponse
-	body = `{"node_id":"e2e-node.1","capacity":8,"generation":` + jsonNum(r.Generation) + `}`
+	body := `{"node_id":"e2e-node.1","capacity":8,"generation":` + jsonNum(r.Generation) + `}`
 	if code := httpJSON(t, "POST", p.url+"/v1/checkin", cred, body, &r2); code != 200 || r2.Generation != r.Generation || r2.RangeCount != 8 || len(r2.Pending) != 0 {
 		t.Fatalf("check-in after restart: %d %+v", code, r2)
 	}

@@ -75,6 +75,7 @@ func (s *Server) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/nodes", s.admin(s.nodes))
 	mux.HandleFunc("POST /v1/nodes", s.admin(s.addNode))
 	mux.HandleFunc("GET /v1/nodes/{id}", s.admin(s.node))
+	mux.HandleFunc("GET /v1/nodes/{id}/drain", s.admin(s.drainPreview))
 	mux.HandleFunc("POST /v1/nodes/{id}/drain", s.admin(s.drain(true)))
 	mux.HandleFunc("POST /v1/nodes/{id}/undrain", s.admin(s.drain(false)))
 	mux.HandleFunc("POST /v1/nodes/{id}/credential", s.admin(s.rotate))
@@ -409,10 +410,59 @@ func (s *Server) node(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, d)
 }
 
+// DrainResponse answers POST /v1/nodes/{id}/drain and /undrain: the node
+// after the change and, for a drain, the preview the decision was made on.
+type DrainResponse struct {
+	controller.NodeView
+	Preview *controller.DrainPreview `json:"preview,omitempty"`
+}
+
+// DrainRefusal is the 409 body of a drain that would leave shards with no
+// owner: the error and the preview that shows which.
+type DrainRefusal struct {
+	Error   string                  `json:"error"`
+	Preview controller.DrainPreview `json:"preview"`
+}
+
+// drainPreview answers GET /v1/nodes/{id}/drain: what a drain would move
+// where and leave unowned, changing nothing.
+func (s *Server) drainPreview(w http.ResponseWriter, r *http.Request) {
+	p, err := s.c.PreviewDrain(r.PathValue("id"))
+	if err != nil {
+		s.controllerError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, p)
+}
+
+// drain answers POST /v1/nodes/{id}/drain (on) and /undrain. A drain that
+// would leave shards unowned is refused with 409 and its preview unless
+// the query has force=true.
 func (s *Server) drain(on bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("id")
-		if err := s.c.SetDraining(r.Context(), id, on); err != nil {
+		var resp DrainResponse
+		if on {
+			force := false
+			if v := r.URL.Query().Get("force"); v != "" {
+				f, err := strconv.ParseBool(v)
+				if err != nil {
+					writeError(w, http.StatusBadRequest, "force", fmt.Sprintf("force: %q is not true or false", v))
+					return
+				}
+				force = f
+			}
+			p, err := s.c.Drain(r.Context(), id, force)
+			if errors.Is(err, controller.ErrDrainStrands) {
+				writeJSON(w, http.StatusConflict, DrainRefusal{Error: err.Error(), Preview: p})
+				return
+			}
+			if err != nil {
+				s.controllerError(w, r, err)
+				return
+			}
+			resp.Preview = &p
+		} else if err := s.c.SetDraining(r.Context(), id, false); err != nil {
 			s.controllerError(w, r, err)
 			return
 		}
@@ -421,7 +471,8 @@ func (s *Server) drain(on bool) http.HandlerFunc {
 			s.controllerError(w, r, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, d.NodeView)
+		resp.NodeView = d.NodeView
+		writeJSON(w, http.StatusOK, resp)
 	}
 }
 

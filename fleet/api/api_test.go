@@ -197,9 +197,24 @@ func TestAPIOperatorEndpoints(t *testing.T) {
 			t.Errorf("route %q: %d %+v", g, code, e)
 		}
 	}
-	var v controller.NodeView
-	if code := s.call("POST", "/v1/nodes/n1/drain", s.admin, "", &v); code != 200 || !v.Draining {
-		t.Fatalf("drain %d %+v", code, v)
+	// Draining the only node leaves its shards with no owner: the preview
+	// says so, and the drain is refused (409, with the preview) unless
+	// forced.
+	var pv controller.DrainPreview
+	if code := s.call("GET", "/v1/nodes/n1/drain", s.admin, "", &pv); code != 200 || pv.Strands != 4 || pv.Leaving != 4 ||
+		len(pv.Moves) != 1 || pv.Moves[0] != (controller.ShardMove{From: "n1", To: "", Start: 0, Count: 4}) {
+		t.Fatalf("drain preview %d %+v", code, pv)
+	}
+	var refusal DrainRefusal
+	if code := s.call("POST", "/v1/nodes/n1/drain", s.admin, "", &refusal); code != 409 || refusal.Preview.Strands != 4 || !strings.Contains(refusal.Error, "4 shards would have no owner") {
+		t.Fatalf("unforced drain of the only node: %d %+v", code, refusal)
+	}
+	if code := s.call("POST", "/v1/nodes/n1/drain?force=maybe", s.admin, "", nil); code != 400 {
+		t.Fatalf("force=maybe: %d", code)
+	}
+	var v DrainResponse
+	if code := s.call("POST", "/v1/nodes/n1/drain?force=true", s.admin, "", &v); code != 200 || !v.Draining || v.Preview == nil || v.Preview.Strands != 4 {
+		t.Fatalf("forced drain %d %+v", code, v)
 	}
 	var p controller.PlanView
 	if s.call("GET", "/v1/plan", s.admin, "", &p); p.Assigned != 0 || p.Generation != 2 {
@@ -215,7 +230,8 @@ func TestAPIOperatorEndpoints(t *testing.T) {
 	if code := s.call("GET", "/v1/route?guild_id=12582917", s.admin, "", &rv); code != 404 || rv.ShardID != 3 {
 		t.Fatalf("route after release %d %+v", code, rv)
 	}
-	if code := s.call("POST", "/v1/nodes/n1/undrain", s.admin, "", &v); code != 200 || v.Draining {
+	v = DrainResponse{}
+	if code := s.call("POST", "/v1/nodes/n1/undrain", s.admin, "", &v); code != 200 || v.Draining || v.Preview != nil {
 		t.Fatalf("undrain %d %+v", code, v)
 	}
 	var ev struct{ Events []store.Event }

@@ -97,6 +97,12 @@ func (c *Controller) Checkin(ctx context.Context, req *appliance.CheckinRequest,
 		c.releaseOutsideLocked(n)
 	}
 	c.maybeRebalanceLocked(t)
+	if n.plan.Count > n.capacity {
+		// The node came back with less capacity while no rebalance may run
+		// (its rate limit, or the restart grace): an answer never assigns
+		// more startable shards than the capacity just reported.
+		c.shrinkLocked(t, n)
+	}
 
 	// Grant every assigned shard nobody else holds.
 	resp := appliance.CheckinResponse{
@@ -157,6 +163,30 @@ func (c *Controller) Checkin(ctx context.Context, req *appliance.CheckinRequest,
 		}
 	}
 	return resp, nil
+}
+
+// shrinkLocked cuts n's range down to its capacity at once, keeping its
+// lowest shards, and bumps the generation. It only takes shards away, so it
+// is safe while no rebalance may run: the shards cut off stay held by n
+// until it acknowledges the new generation (safe hand-off), are unowned
+// meanwhile, and go to other nodes at the next rebalance (dirty).
+func (c *Controller) shrinkLocked(t time.Time, n *node) {
+	was := n.plan
+	n.plan.Count = n.capacity
+	c.dirty = true
+	if len(n.restart) > 0 {
+		c.pruneRestartsLocked(n, "the shards left the node's assignment")
+	}
+	c.gen++
+	c.planChangedAt = t
+	c.stage.plan = true
+	c.stage.seq++ // a new generation must be durable before anyone sees it
+	c.genSeq = c.stage.seq
+	detail := fmt.Sprintf("generation %d: %s reported capacity %d, range %d+%d cut to %d+%d until the next rebalance",
+		c.gen, n.id, n.capacity, was.Start, was.Count, n.plan.Start, n.plan.Count)
+	c.eventLocked(t, EventPlanChanged, n.id, nil, detail)
+	c.log.Info("plan changed: range cut to capacity", "generation", c.gen, "node", n.id, "capacity", n.capacity,
+		"range_start", was.Start, "was", was.Count)
 }
 
 // releaseOutsideLocked drops from n's held set every shard outside its

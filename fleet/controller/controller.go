@@ -83,6 +83,11 @@ const (
 	// EventShardRestarted: a shard with a restart request came back from
 	// FATAL (its node reported another state, or claimed an Identify).
 	EventShardRestarted = "shard_restarted"
+	// EventIdentifyUnused: a node claimed again for a shard whose last
+	// grant it discarded (the answer arrived past use_within_ms): the shard
+	// counts as not started for the start-group order, also after a
+	// restart (loadStartOrder).
+	EventIdentifyUnused = "identify_unused"
 )
 
 // Errors.
@@ -593,23 +598,8 @@ func (c *Controller) SetDraining(ctx context.Context, id string, draining bool) 
 		c.mu.Unlock()
 		return fmt.Errorf("node %s: %w", id, ErrUnknownNode)
 	}
-	if n.draining != draining {
-		n.draining = draining
-		if n.live {
-			c.dirty = true
-		}
-		kind := EventUndrain
-		if draining {
-			kind = EventDrain
-		}
-		c.eventLocked(t, kind, id, nil, "")
-		c.log.Info(kind, "node", id)
-	}
-	c.stageNodeLocked(n)
-	c.stage.seq++
-	seq := c.stage.seq
 	c.sweepLocked(t)
-	c.maybeRebalanceLocked(t)
+	seq := c.setDrainingLocked(t, n, draining)
 	c.mu.Unlock()
 	return c.waitDurable(ctx, seq)
 }

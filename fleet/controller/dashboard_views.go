@@ -169,7 +169,8 @@ func (c *Controller) IdentifyActivity(ctx context.Context, since time.Time) ([]B
 // EventKinds lists every audit-log kind the controller writes.
 var EventKinds = []string{EventNodeFirstSeen, EventLeaseExpired, EventDrain, EventUndrain, EventPlanChanged,
 	EventIdentifyGranted, EventIdentifyRefused, EventNodeAdded, EventControllerStart, EventBudgetConfigured,
-	EventResumeHandoff, EventGatewayShards, EventGatewayConcurrency, EventRestartRequested, EventShardRestarted}
+	EventResumeHandoff, EventGatewayShards, EventGatewayConcurrency, EventRestartRequested, EventShardRestarted,
+	EventIdentifyUnused}
 
 // EventFilter selects audit-log entries for EventLog. Empty fields match
 // everything.

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strconv"
 	"strings"
@@ -24,6 +25,11 @@ import (
 // decided early but answered late would send its Identify late, so the
 // next grant's Identify, answered quickly, could reach Discord less than
 // 5 s after it. While a grant awaits its commit its bucket stays closed.
+//
+// A grant's answer can also be late in the network. It carries
+// use_within_ms (appliance.GrantUseWithin): the node uses it only if it
+// arrived that soon after the claim was sent, so Identifies of one bucket
+// leave their nodes at least window - use_within apart (appliance.GrantUsable).
 func (c *Controller) Identify(ctx context.Context, req appliance.IdentifyRequest) (appliance.IdentifyResponse, error) {
 	t := c.now()
 	c.mu.Lock()
@@ -54,6 +60,16 @@ func (c *Controller) Identify(ctx context.Context, req appliance.IdentifyRequest
 		c.restartDoneLocked(t, n, req.ShardID, "claimed an Identify")
 	}
 	c.refillBudgetLocked(t)
+	if req.UnusedGrant && c.order.at[req.ShardID] != 0 {
+		// The node discarded its last grant for this shard (the answer
+		// arrived past use_within_ms): count the shard as not started, so
+		// later start groups wait for it again (if it did start before,
+		// that only delays them). The daily budget is not refunded: the
+		// safe side, should the Identify have gone out after all.
+		c.order.at[req.ShardID] = 0
+		c.order.low = min(c.order.low, req.ShardID)
+		c.eventLocked(t, EventIdentifyUnused, n.id, &req.ShardID, grantDetail(c.cfg.TotalShards))
+	}
 	if c.answering[bucket] > 0 {
 		return refuse(appliance.ReasonBucketBusy, c.cfg.IdentifyWindow, "a grant is being answered")
 	}
@@ -87,6 +103,7 @@ func (c *Controller) Identify(ctx context.Context, req appliance.IdentifyRequest
 		return appliance.IdentifyResponse{}, err
 	}
 	resp.Granted = true
+	resp.UseWithinMS = uint32(appliance.GrantUseWithin(c.cfg.IdentifyWindow) / time.Millisecond)
 	return resp, nil
 }
 
@@ -202,22 +219,26 @@ func grantDetail(total uint32) string { return "num_shards " + strconv.FormatUin
 // the count. Either way the shard counts as never started, which only
 // delays: shards that run report READY at their node's next check-in.
 // Right after a restart every bucket waits a window, longer than
-// orderSettle, so the loaded grants count as settled.
+// orderSettle, so the loaded grants count as settled. A grant its node
+// reported unused afterwards (identify_unused) does not count.
 func (c *Controller) loadStartOrder(ctx context.Context) error {
 	c.order = startOrder{at: make([]int64, c.cfg.TotalShards)}
+	// A shard started if its last grant came after its last re-claim.
 	rows, err := c.st.DB().QueryContext(ctx,
-		`SELECT DISTINCT shard_id FROM events WHERE kind = ? AND detail = ? AND shard_id IS NOT NULL`,
-		EventIdentifyGranted, grantDetail(c.cfg.TotalShards))
+		`SELECT shard_id, MAX(CASE WHEN kind = ? THEN id END), COALESCE(MAX(CASE WHEN kind = ? THEN id END), 0)
+		 FROM events WHERE kind IN (?, ?) AND detail = ? AND shard_id IS NOT NULL GROUP BY shard_id`,
+		EventIdentifyGranted, EventIdentifyUnused, EventIdentifyGranted, EventIdentifyUnused, grantDetail(c.cfg.TotalShards))
 	if err != nil {
 		return err
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var s int64
-		if err := rows.Scan(&s); err != nil {
+		var s, unused int64
+		var granted sql.NullInt64
+		if err := rows.Scan(&s, &granted, &unused); err != nil {
 			return err
 		}
-		if s >= 0 && s < int64(len(c.order.at)) {
+		if granted.Valid && granted.Int64 > unused && s >= 0 && s < int64(len(c.order.at)) {
 			c.order.at[s] = startedKnown
 		}
 	}

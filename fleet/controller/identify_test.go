@@ -370,3 +370,57 @@ func TestIdentifyOrderProperty(t *testing.T) {
 		t.Fatal("no grant ever passed a shard that could not start")
 	}
 }
+
+// A grant carries its validity: the part of the window beyond Discord's
+// 5 s (appliance.GrantUseWithin); a refusal carries none.
+func TestIdentifyGrantUseWithin(t *testing.T) {
+	for _, c := range []struct {
+		window time.Duration
+		want   uint32
+	}{{DefaultIdentifyWindow, 250}, {5500 * time.Millisecond, 500}, {5 * time.Second, 238}, {700 * time.Millisecond, 33}} {
+		h := newHarness(t, Config{TotalShards: 2, MaxConcurrency: 1, IdentifyWindow: c.window})
+		h.add("a")
+		h.checkin("a", 2, 0)
+		h.clock.Advance(c.window)
+		r := h.claim("a", 0)
+		wantGrant(t, r, "shard 0")
+		if r.UseWithinMS != c.want {
+			t.Errorf("window %v: use_within_ms %d, want %d", c.window, r.UseWithinMS, c.want)
+		}
+		if r := h.claim("a", 1); r.Granted || r.UseWithinMS != 0 {
+			t.Errorf("window %v: refusal %+v carries a validity", c.window, r)
+		}
+	}
+}
+
+// A node that discards a late grant claims the shard again, saying so: the
+// shard has not started, so the next start group waits for it again (it
+// would otherwise Identify before it), also when a controller restart came
+// between the grant and the claim.
+func TestIdentifyReclaimUnusedGrant(t *testing.T) {
+	for _, restart := range []bool{false, true} {
+		t.Run(fmt.Sprint("restart=", restart), func(t *testing.T) {
+			h := newHarness(t, Config{TotalShards: 2, MaxConcurrency: 1, IdentifyWindow: 5 * time.Second})
+			h.add("a")
+			h.checkin("a", 2, 0)
+			h.clock.Advance(5 * time.Second)
+			wantGrant(t, h.claim("a", 0), "shard 0") // its answer arrives late: discarded
+			if restart {
+				h.restart()
+			}
+			h.clock.Advance(2 * time.Second)
+			r, err := h.c.Identify(context.Background(), appliance.IdentifyRequest{NodeID: "a", ShardID: 0, UnusedGrant: true})
+			if err != nil || r.Granted {
+				t.Fatalf("shard 0 granted again inside its window: %+v %v", r, err)
+			}
+			h.clock.Advance(5 * time.Second)
+			wantRefusal(t, h.claim("a", 1), appliance.ReasonOrder, 0, "shard 1 while shard 0's only grant went unused")
+			wantGrant(t, h.claim("a", 0), "shard 0 again")
+			h.clock.Advance(5 * time.Second)
+			wantGrant(t, h.claim("a", 1), "shard 1 after shard 0 started")
+			if ev, err := h.c.Events(context.Background(), 0, EventIdentifyUnused, 10); err != nil || len(ev) != 1 || *ev[0].ShardID != 0 {
+				t.Fatalf("identify_reclaimed events: %v %+v", err, ev)
+			}
+		})
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -31,7 +32,8 @@ type simNode struct {
 	// assignment, closed resumably; reported until an answer's generation
 	// equals the generation the check-in reported.
 	final       map[uint32]simSession
-	once        bool // reports a released session in one check-in only
+	unused      map[uint32]bool // shards whose last grant arrived too late
+	once        bool            // reports a released session in one check-in only
 	gen         uint64
 	deadline    time.Time
 	nextCheckin time.Time
@@ -48,6 +50,17 @@ func (n *simNode) stopAll() {
 	clear(n.identified)
 	clear(n.sessions)
 	clear(n.final)
+}
+
+// sortedKeys returns a map's shard IDs in ascending order: the simulation
+// iterates in a fixed order so that a seed repeats a run exactly.
+func sortedKeys[V any](m map[uint32]V) []uint32 {
+	keys := make([]uint32, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 type grant struct {
@@ -107,17 +120,25 @@ func runSimulation(t *testing.T, seed uint64, size simSize) {
 	sim := make([]*simNode, nodes)
 	for i := range sim {
 		sim[i] = &simNode{id: fmt.Sprintf("n%03d", i), capacity: 1 + rng.IntN(size.maxCap), joined: i < nodes*3/4,
-			running: map[uint32]bool{}, identified: map[uint32]bool{}, sessions: map[uint32]simSession{}, final: map[uint32]simSession{},
+			running: map[uint32]bool{}, identified: map[uint32]bool{}, sessions: map[uint32]simSession{}, final: map[uint32]simSession{}, unused: map[uint32]bool{},
 			once: i%2 == 1}
 		h.add(sim[i].id)
 	}
 	lastGrant := map[uint32]grant{}
-	// Start-group order as Discord sees it: the first grant of each shard.
-	// Sessions start only from grants, so a READY report never names a
-	// shard missing here. Out-of-order grants are counted during chaos
+	// When each bucket's last Identify left its node: a grant's answer may
+	// be late in the network, and the node uses it only within its
+	// use_within_ms (appliance.GrantUsable).
+	lastSent := map[uint32]grant{}
+	guard := appliance.GrantUseWithin(window)
+	discarded := 0
+	// Start-group order as Discord sees it: when each shard's first
+	// Identify left its node (a used grant). Sessions start only from
+	// grants, so a READY report never names a shard missing here. A shard's
+	// first Identify must leave after every shard of the earlier start
+	// groups has sent one. Out-of-order Identifies are counted during chaos
 	// (a crashed or cut-off holder excuses them) and fatal once membership
 	// has been stable for a lease.
-	firstGrant := map[uint32]time.Time{}
+	firstIdentify := map[uint32]time.Time{}
 	strictOrder, outOfOrder, ordered := false, 0, 0
 	grants, restarts, checkins, lost := 0, 0, 0, 0
 	// The Gateway's side: which node has each session open, and each
@@ -135,11 +156,12 @@ func runSimulation(t *testing.T, seed uint64, size simSize) {
 
 	checkin := func(n *simNode, now time.Time) {
 		req := appliance.CheckinRequest{NodeID: n.id, Capacity: n.capacity, Generation: n.gen}
-		for s, ss := range n.final {
+		for _, s := range sortedKeys(n.final) {
+			ss := n.final[s]
 			req.Shards = append(req.Shards, appliance.ShardStatus{ID: s, State: appliance.ShardAssigned, SeqValid: true,
 				CloseCode: 4200, SessionID: ss.id, Seq: ss.seq, ResumeURL: "ws://gw/resume"})
 		}
-		for s := range n.running {
+		for _, s := range sortedKeys(n.running) {
 			state := appliance.ShardStarting // connected, waiting for its Identify claim
 			if n.identified[s] {
 				state = appliance.ShardReady
@@ -152,12 +174,19 @@ func runSimulation(t *testing.T, seed uint64, size simSize) {
 		// The request left the node up to 2 s before the controller read
 		// it; the node counts its lease from the send time.
 		sent := now.Add(-time.Duration(rng.IntN(2000)) * time.Millisecond)
+		if err := req.Validate(); err != nil {
+			// The API would refuse it: the node could never renew its lease.
+			t.Fatalf("seed %d: %s's check-in is invalid: %v", seed, n.id, err)
+		}
 		resp, err := h.c.Checkin(ctx, &req, "127.0.0.1")
 		if err != nil {
 			t.Fatalf("seed %d: checkin %s: %v", seed, n.id, err)
 		}
 		if err := resp.Validate(); err != nil {
 			t.Fatalf("seed %d: checkin %s: answer %+v: %v", seed, n.id, resp, err)
+		}
+		if got := len(resp.Assigned) - len(resp.Pending); got > req.Capacity {
+			t.Fatalf("seed %d: %s reported capacity %d and was answered with %d startable shards (%+v)", seed, n.id, req.Capacity, got, resp)
 		}
 		checkins++
 		if rng.IntN(50) == 0 {
@@ -229,8 +258,9 @@ func runSimulation(t *testing.T, seed uint64, size simSize) {
 			lastOpen[rs.SessionID] = n.id
 			resumes++
 		}
-		for s, ok := range assigned {
-			if ok {
+		// Like the kernel, never more than its capacity, lowest shards first.
+		for _, s := range resp.Assigned {
+			if ok := assigned[s]; ok && !n.running[s] && len(n.running) < n.capacity {
 				n.running[s] = true
 			}
 		}
@@ -239,14 +269,19 @@ func runSimulation(t *testing.T, seed uint64, size simSize) {
 		n.nextCheckin = now.Add(time.Duration(resp.NextCheckinMS)*time.Millisecond + time.Duration(rng.IntN(300))*time.Millisecond)
 	}
 
+	// maxDelay bounds a grant answer's network delay: seconds during chaos,
+	// under orderSettle once membership is stable (a grant discarded later
+	// than that can let the next start group overtake it: docs/api.md).
+	maxDelay := 2 * time.Second
 	identify := func(n *simNode, now time.Time) {
 		tries := 0
-		for s := range n.running {
+		for _, s := range sortedKeys(n.running) {
 			if n.identified[s] || tries >= 2 {
 				continue
 			}
 			tries++
-			r, err := h.c.Identify(ctx, appliance.IdentifyRequest{NodeID: n.id, ShardID: s})
+			r, err := h.c.Identify(ctx, appliance.IdentifyRequest{NodeID: n.id, ShardID: s, UnusedGrant: n.unused[s]})
+			delete(n.unused, s)
 			if err != nil {
 				t.Fatalf("seed %d: identify: %v", seed, err)
 			}
@@ -258,14 +293,32 @@ func runSimulation(t *testing.T, seed uint64, size simSize) {
 				t.Fatalf("seed %d: bucket %d granted to %s/%d at %v and %s/%d at %v", seed, b, g.node, g.shard, g.at, n.id, s, now)
 			}
 			lastGrant[b] = grant{now, n.id, s}
-			if _, again := firstGrant[s]; !again {
+			// The answer reaches the node after a network delay: usually
+			// milliseconds, sometimes (a congested switch, a retransmitted
+			// segment) seconds. The claim was sent at now.
+			delay := time.Duration(rng.IntN(20)) * time.Millisecond
+			if rng.IntN(10) == 0 {
+				delay = time.Duration(rng.Int64N(int64(maxDelay)))
+			}
+			if !appliance.GrantUsable(delay, r.UseWithinMS) {
+				discarded++ // the node claims again later, saying so
+				n.unused[s] = true
+				continue
+			}
+			at := now.Add(delay)
+			if g, ok := lastSent[b]; ok && at.Sub(g.at) < window-guard {
+				t.Fatalf("seed %d: bucket %d: Identifies left %s/%d at %v and %s/%d at %v, %v apart, under window - use_within = %v",
+					seed, b, g.node, g.shard, g.at, n.id, s, at, at.Sub(g.at), window-guard)
+			}
+			lastSent[b] = grant{at, n.id, s}
+			if _, again := firstIdentify[s]; !again {
 				for x := uint32(0); x < s/mc*mc; x++ {
-					if at, ok := firstGrant[x]; ok && now.Sub(at) >= orderSettle {
+					if first, ok := firstIdentify[x]; ok && first.Before(at) {
 						continue
 					}
 					if strictOrder {
-						t.Fatalf("seed %d: shard %d granted to %s at %v before shard %d of an earlier start group started (%v)",
-							seed, s, n.id, now, x, firstGrant[x])
+						t.Fatalf("seed %d: shard %d's first Identify left %s at %v before shard %d of an earlier start group sent one (%v)",
+							seed, s, n.id, at, x, firstIdentify[x])
 					}
 					outOfOrder++
 					break
@@ -273,7 +326,7 @@ func runSimulation(t *testing.T, seed uint64, size simSize) {
 				if strictOrder {
 					ordered++
 				}
-				firstGrant[s] = now
+				firstIdentify[s] = at
 			}
 			n.identified[s] = true
 			sessionNo++
@@ -347,8 +400,13 @@ func runSimulation(t *testing.T, seed uint64, size simSize) {
 					if err := h.c.SetDraining(ctx, n.id, rng.IntN(2) == 0); err != nil {
 						t.Fatal(err)
 					}
-				case r < 145:
+				case r < 145 && !n.crashed:
+					// A reboot with another boot config: nothing runs,
+					// and the first check-in reports the new capacity.
+					stopAll(n)
+					n.gen, n.deadline = 0, time.Time{}
 					n.capacity = 1 + rng.IntN(size.maxCap)
+					n.nextCheckin = now
 				case r < 147:
 					h.restart()
 					restarts++
@@ -389,6 +447,7 @@ func runSimulation(t *testing.T, seed uint64, size simSize) {
 	}
 	run(int(lease/step), false)
 	strictOrder = true
+	maxDelay = orderSettle - 100*time.Millisecond
 	run(int(lease/step)+10, false)
 	owners := h.c.Owners()
 	for s := uint32(0); s < total; s++ {
@@ -407,9 +466,10 @@ func runSimulation(t *testing.T, seed uint64, size simSize) {
 	}
 	// Identify is paced at mc grants per window, so big fleets cannot
 	// identify every shard within the run; ask for a fair number.
-	if restarts == 0 || grants < min(int(total), 200) || resumes == 0 {
-		t.Fatalf("seed %d: simulation too tame: %d restarts, %d grants, %d resumes", seed, restarts, grants, resumes)
+	if restarts == 0 || grants < min(int(total), 200) || resumes == 0 || discarded == 0 {
+		t.Fatalf("seed %d: simulation too tame: %d restarts, %d grants, %d resumes, %d late grants discarded", seed, restarts, grants, resumes, discarded)
 	}
+	t.Logf("seed %d: %d late grants discarded", seed, discarded)
 	t.Logf("seed %d: %d check-ins (%d answers lost), %d Identify grants (%d first grants checked for start order once stable, %d out of order under chaos), %d hand-off resumes (%d at an older sequence), %d controller restarts, generation %d",
 		seed, checkins, lost, grants, ordered, outOfOrder, resumes, stale, restarts, h.c.Plan().Generation)
 }

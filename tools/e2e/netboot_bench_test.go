@@ -132,7 +132,10 @@ func nbTFTPFetch(server, name string, blk, win int) (int64, map[string]string, e
 		c.SetReadDeadline(time.Now().Add(2 * time.Second))
 		n, from, err := c.ReadFromUDP(buf)
 		if err != nil {
-			if retries++; retries > 5 || lastAck == nil {
+			if lastAck == nil {
+				return 0, opts, fmt.Errorf("no answer from %s to the read request for %s within 2 s", server, name)
+			}
+			if retries++; retries > 5 {
 				return total, opts, fmt.Errorf("timeout after %d bytes", total)
 			}
 			c.WriteToUDP(lastAck, peer)
@@ -303,8 +306,15 @@ func (e *nbEnv) runClient(job nbBenchJob) nbBenchResult {
 	return nbBenchResult{}
 }
 
-// startPeer runs a peer server inside the namespace until the test ends.
-func (e *nbEnv) startPeer(name string, args ...string) {
+// peerStartTimeout bounds how long a peer server may take to bind its port.
+const peerStartTimeout = 15 * time.Second
+
+// startPeer runs a peer server inside the namespace until the test ends and
+// returns once it has bound UDP port port, its only sign of readiness (these
+// servers print nothing when they start). A peer that exits, or has not
+// bound the port within peerStartTimeout, fails the test with its exit
+// status and everything it printed.
+func (e *nbEnv) startPeer(name string, port int, args ...string) {
 	e.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := e.ns.Command(ctx, name, args...)
@@ -314,14 +324,40 @@ func (e *nbEnv) startPeer(name string, args ...string) {
 		cancel()
 		e.t.Fatalf("%s: %v", name, err)
 	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
 	e.t.Cleanup(func() {
 		cancel()
-		cmd.Wait()
+		<-exited
 		if e.t.Failed() {
 			e.t.Logf("%s log:\n%s", name, log.String())
 		}
 	})
-	time.Sleep(300 * time.Millisecond) // peers have no readiness signal
+	// `ip netns exec` execs the server, so the PID is the server's and
+	// /proc/PID/net/udp lists the sockets of the namespace it runs in.
+	udp := fmt.Sprintf("/proc/%d/net/udp", cmd.Process.Pid)
+	want := fmt.Sprintf(":%04X ", port)
+	deadline := time.NewTimer(peerStartTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if tab, err := os.ReadFile(udp); err == nil {
+			for _, line := range strings.Split(string(tab), "\n")[1:] {
+				if f := strings.Fields(line); len(f) > 1 && strings.HasSuffix(f[1]+" ", want) {
+					return
+				}
+			}
+		}
+		select {
+		case err := <-exited:
+			exited <- err // for the cleanup
+			e.t.Fatalf("peer %s exited before binding UDP port %d: %v (%s)\noutput:\n%s", name, port, err, cmd.ProcessState, log.String())
+		case <-deadline.C:
+			e.t.Fatalf("peer %s did not bind UDP port %d within %v\noutput:\n%s", name, port, peerStartTimeout, log.String())
+		case <-tick.C:
+		}
+	}
 }
 
 // nbMBps is a throughput in MB/s (10^6 bytes).
@@ -370,8 +406,8 @@ func BenchmarkNetbootTFTP(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	e.startPeer("in.tftpd", "-L", "-s", e.bootDir, "-a", hpa.String()+":69")
-	e.startPeer("dnsmasq", "-k", "-C", "/dev/null", "--port=0", "--enable-tftp", "--tftp-root="+e.bootDir,
+	e.startPeer("in.tftpd", 69, "-L", "-s", e.bootDir, "-a", hpa.String()+":69")
+	e.startPeer("dnsmasq", 69, "-k", "-C", "/dev/null", "--port=0", "--enable-tftp", "--tftp-root="+e.bootDir,
 		"--listen-address="+dnsm.String(), "--bind-interfaces", "--user=root", "--pid-file=", "--log-facility=-")
 
 	servers := []struct{ name, addr string }{
@@ -438,7 +474,7 @@ func BenchmarkNetbootDHCP(b *testing.B) {
 	peer.addLoadClient(ctx)
 	base := peer.prefix.Addr().As4()
 	dir := b.TempDir()
-	peer.startPeer("dnsmasq", "-k", "-C", "/dev/null", "--port=0", "--interface="+peer.ns.Bridge, "--bind-interfaces",
+	peer.startPeer("dnsmasq", 67, "-k", "-C", "/dev/null", "--port=0", "--interface="+peer.ns.Bridge, "--bind-interfaces",
 		fmt.Sprintf("--dhcp-range=%d.%d.%d.100,%d.%d.%d.199,255.255.255.0,10m", base[0], base[1], base[2], base[0], base[1], base[2]),
 		"--no-ping", "--dhcp-authoritative", "--quiet-dhcp", "--dhcp-leasefile="+filepath.Join(dir, "leases"),
 		"--user=root", "--pid-file=", "--log-facility=-")
@@ -507,7 +543,7 @@ func BenchmarkNetbootPXEBoot(b *testing.B) {
 		script := fmt.Sprintf("#!ipxe\nkernel tftp://%s/kernel.bin node=bench-node controller=%s cred=%s\nboot\n",
 			p.serverIP, nbControllerURL, p.credential("bench-node"))
 		os.WriteFile(filepath.Join(p.bootDir, "boot.ipxe"), []byte(script), 0o644)
-		p.startPeer("dnsmasq", "-k", "-C", "/dev/null", "--port=0", "--interface="+p.ns.Bridge, "--bind-interfaces",
+		p.startPeer("dnsmasq", 67, "-k", "-C", "/dev/null", "--port=0", "--interface="+p.ns.Bridge, "--bind-interfaces",
 			fmt.Sprintf("--dhcp-range=%d.%d.%d.100,%d.%d.%d.199,255.255.255.0,10m", base[0], base[1], base[2], base[0], base[1], base[2]),
 			"--dhcp-userclass=set:ipxe,iPXE", "--dhcp-boot=tag:ipxe,boot.ipxe", "--dhcp-boot=tag:!ipxe,undionly.kpxe",
 			"--enable-tftp", "--tftp-root="+p.bootDir, "--no-ping", "--dhcp-leasefile="+filepath.Join(b.TempDir(), "leases"),

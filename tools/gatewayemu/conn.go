@@ -61,6 +61,7 @@ type conn struct {
 	draining      atomic.Bool // op 7 sent: no further dispatches
 	hbTimer       *time.Timer
 	hbDeadline    atomic.Int64 // unix ns, real clock (it pairs with hbTimer)
+	hbRechecked   atomic.Int64 // the deadline a late timer already rechecked once
 	heartbeats    atomic.Int64
 	lastHeartbeat atomic.Int64
 	helloAt       atomic.Int64 // unix ns when Hello was written
@@ -382,23 +383,43 @@ func (c *conn) requestHeartbeat() {
 	c.writeOp(OpHeartbeat, nil)
 }
 
+// timerLateRecheck is how late the heartbeat timer may fire before the
+// emulator distrusts its own view: a timer that fires this late means this
+// process was starved of CPU, and its reader goroutine may have a heartbeat
+// buffered that it has not had the CPU to read. Such a timer rechecks once,
+// after timerLateRecheck, before it records missed_heartbeat. A timer that
+// fires on time decides at once, so the oracle is no looser on a machine
+// with headroom.
+const timerLateRecheck = 100 * time.Millisecond
+
 // heartbeatMissed runs when the heartbeat deadline passes.
 func (c *conn) heartbeatMissed() {
 	if c.closing.Load() {
 		return
 	}
-	if time.Now().UnixNano() < c.hbDeadline.Load() {
+	deadline := c.hbDeadline.Load()
+	now := time.Now().UnixNano()
+	if now < deadline {
 		return // a heartbeat re-armed the timer concurrently
 	}
-	c.fail(KindMissedHeartbeat, CloseSessionTimedOut, fmt.Sprintf("no heartbeat within %v + %v grace",
-		c.e.opts.HeartbeatInterval, c.e.opts.HeartbeatGrace))
+	late := time.Duration(now - deadline)
+	c.e.noteTimerLate(late)
+	if late >= timerLateRecheck && c.hbRechecked.Swap(deadline) != deadline {
+		c.hbTimer.Reset(timerLateRecheck)
+		return
+	}
+	c.failLate(KindMissedHeartbeat, CloseSessionTimedOut, fmt.Sprintf("no heartbeat within %v + %v grace",
+		c.e.opts.HeartbeatInterval, c.e.opts.HeartbeatGrace), late)
 }
 
 // fail records a violation by the client and closes with code.
-func (c *conn) fail(kind Kind, code int, detail string) {
+func (c *conn) fail(kind Kind, code int, detail string) { c.failLate(kind, code, detail, 0) }
+
+// failLate is fail for a violation found by a timer that fired late.
+func (c *conn) failLate(kind Kind, code int, detail string, late time.Duration) {
 	e := c.e
 	e.mu.Lock()
-	v := Violation{Kind: kind, Conn: c.id, CloseCode: code, Detail: detail, Shard: c.shard}
+	v := Violation{Kind: kind, Conn: c.id, CloseCode: code, Detail: detail, Shard: c.shard, TimerLateMS: late.Milliseconds()}
 	if c.sess != nil {
 		v.Session = c.sess.id
 	}

@@ -51,6 +51,7 @@ type Emulator struct {
 		connections, identifyAccepted, identifyRefused, identifyClosed atomic.Uint64
 		resumes, resumesFailed, heartbeats, acks, dispatches, replayed atomic.Uint64
 		open                                                           atomic.Int64
+		maxTimerLate                                                   atomic.Int64 // ns
 	}
 
 	mu         sync.Mutex
@@ -409,6 +410,17 @@ func (e *Emulator) countersSnapshot() Counters {
 		HeartbeatACKs:      c.acks.Load(),
 		Dispatches:         c.dispatches.Load(),
 		ReplayedDispatches: c.replayed.Load(),
+		MaxTimerLateMS:     time.Duration(c.maxTimerLate.Load()).Milliseconds(),
+	}
+}
+
+// noteTimerLate records how late a heartbeat timer fired.
+func (e *Emulator) noteTimerLate(late time.Duration) {
+	for {
+		old := e.counters.maxTimerLate.Load()
+		if int64(late) <= old || e.counters.maxTimerLate.CompareAndSwap(old, int64(late)) {
+			return
+		}
 	}
 }
 

@@ -584,3 +584,50 @@ func TestOptionsValidation(t *testing.T) {
 		t.Fatalf("scaled send window %v, want 6s", w)
 	}
 }
+
+// TestLateHeartbeatTimer: a heartbeat timer that fires long after its
+// deadline (this process starved of CPU) rechecks once before it records
+// missed_heartbeat, so a heartbeat the reader had not yet had the CPU to
+// read still counts; without one, the violation says how late the timer
+// was, and the counters keep the worst lateness.
+func TestLateHeartbeatTimer(t *testing.T) {
+	t.Parallel()
+	o := fastOptions()
+	o.HeartbeatInterval = 30 * time.Second
+	o.HeartbeatGrace = 2 * time.Second
+	emu := startEmu(t, o)
+	connOf := func() *conn {
+		emu.mu.Lock()
+		defer emu.mu.Unlock()
+		for c := range emu.conns {
+			if c.shard != nil && !c.closing.Load() {
+				return c
+			}
+		}
+		return nil
+	}
+	fireLate := func(c *conn, late time.Duration) {
+		c.hbDeadline.Store(time.Now().Add(-late).UnixNano())
+		c.heartbeatMissed() // as the timer would, late
+	}
+
+	// A heartbeat read during the recheck: no violation.
+	c := connect(t, emu)
+	c.identify(emu, 0, 1)
+	fireLate(connOf(), 500*time.Millisecond)
+	c.send(OpHeartbeat, c.lastS)
+	c.expectOp(OpHeartbeatACK)
+	time.Sleep(2 * timerLateRecheck) // the recheck runs and finds the new deadline
+	noViolations(t, emu)
+
+	// No heartbeat: the recheck records it, with the timer's lateness.
+	fireLate(connOf(), 500*time.Millisecond)
+	c.expectClose(CloseSessionTimedOut)
+	vs := emu.Violations()
+	if len(vs) != 1 || vs[0].Kind != KindMissedHeartbeat || vs[0].TimerLateMS < 500 {
+		t.Fatalf("violations %+v, want one missed_heartbeat with timer_late_ms >= 500", vs)
+	}
+	if got := emu.State().Counters.MaxTimerLateMS; got < 500 {
+		t.Fatalf("max_timer_late_ms %d, want >= 500", got)
+	}
+}

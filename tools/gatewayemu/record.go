@@ -81,6 +81,11 @@ type Violation struct {
 	CloseCode int `json:"close_code,omitempty"`
 	// Detail says why, for a human.
 	Detail string `json:"detail"`
+	// TimerLateMS is, for a violation a timer found (missed_heartbeat), how
+	// long after its deadline the emulator's timer fired. Hundreds of
+	// milliseconds mean the emulator itself was starved of CPU: the
+	// machine was overloaded, and the client may not be at fault.
+	TimerLateMS int64 `json:"timer_late_ms,omitempty"`
 }
 
 // IdentifyOutcome is what the emulator did with an Identify.
@@ -186,6 +191,9 @@ type Counters struct {
 	HeartbeatACKs      uint64 `json:"heartbeat_acks"`
 	Dispatches         uint64 `json:"dispatches"`
 	ReplayedDispatches uint64 `json:"replayed_dispatches"`
+	// MaxTimerLateMS is the latest any heartbeat timer fired past its
+	// deadline (see Violation.TimerLateMS).
+	MaxTimerLateMS int64 `json:"max_timer_late_ms"`
 }
 
 // State is the whole /debug/state document. Field order and names are stable.

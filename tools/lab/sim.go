@@ -330,14 +330,24 @@ func shortError(err error) string {
 	return string(b)
 }
 
-// claim asks the controller until it grants an Identify for the shard.
+// claim asks the controller until it grants an Identify for the shard,
+// and uses a grant only if it arrived within its use_within_ms of the
+// claim's sending, as the kernel does (appliance.GrantUsable); a late one
+// is claimed again with unused_grant.
 func (s *simNode) claim(ctx context.Context, id uint32) error {
+	unused := false
 	for {
 		var r appliance.IdentifyResponse
-		err := s.api.do(ctx, "POST", "/v1/identify", appliance.IdentifyRequest{NodeID: s.id, ShardID: id}, &r)
+		sent := time.Now()
+		err := s.api.do(ctx, "POST", "/v1/identify", appliance.IdentifyRequest{NodeID: s.id, ShardID: id, UnusedGrant: unused}, &r)
 		wait := time.Second
 		if err == nil && r.Granted {
-			return nil
+			if appliance.GrantUsable(time.Since(sent), r.UseWithinMS) {
+				return nil
+			}
+			unused, wait = true, 0
+		} else if err == nil {
+			unused = false
 		}
 		if err == nil && r.RetryAfterMS > 0 {
 			wait = time.Duration(r.RetryAfterMS) * time.Millisecond

@@ -198,12 +198,15 @@ type Node struct {
 
 // Move is where some of a drained node's shards go.
 type Move struct {
-	To    string
+	From  string // "" when the shards have no owner now
+	To    string // "" when they will have none
 	Range string
 	Count uint32
 }
 
-// DrainConfirm asks the operator to confirm a drain or undrain.
+// DrainConfirm asks the operator to confirm a drain or undrain. For a drain
+// it shows the controller's preview (controller.DrainPreview): every run of
+// shards that changes owner, and how many would be left with none.
 type DrainConfirm struct {
 	Page
 	NodeID   string
@@ -211,9 +214,12 @@ type DrainConfirm struct {
 	Range    string
 	Count    uint32
 	Moves    []Move
-	Unplaced uint32 // shards no other node can take
+	Leaving  uint32 // the node's own shards that move
+	Strands  uint32 // shards the drain leaves with no owner
 	AllMoved uint32 // shards of the whole fleet that change node
 	Live     bool
+	Already  bool   // already draining
+	Refused  string // why the last POST was refused, if it was
 }
 
 // RestartConfirm asks the operator to confirm a restart of a node's FATAL

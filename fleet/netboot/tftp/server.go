@@ -50,35 +50,53 @@ type Server struct {
 	NoFrontend bool
 
 	sem chan struct{}
-	// recent remembers requests handed to the engine, so a client's
-	// retransmitted RRQ (sent before our OACK reached it) does not start
-	// a second transfer. Only the Serve goroutine touches it.
-	recent map[string]time.Time
+	// recent remembers requests handed to the engine whose transfer has
+	// not ended, so a client's retransmitted RRQ (sent before our OACK
+	// reached it) does not start a second transfer. A transfer's end
+	// forgets its request: the same client port may then ask again at once.
+	recentMu sync.Mutex
+	recent   map[netip.AddrPort]handedOver
 }
 
-// rrqDedupWindow is how long an identical request from the same client
-// port counts as a retransmission.
+// handedOver is a request handed to the engine.
+type handedOver struct {
+	pkt string
+	at  time.Time
+}
+
+// rrqDedupWindow is the longest an identical request from the same client
+// port counts as a retransmission, for a transfer that never reported its
+// end (the engine refused it before the read handler ran).
 const rrqDedupWindow = 2 * time.Second
 
-// duplicate reports whether pkt from client was handed over within
-// rrqDedupWindow, and remembers it otherwise.
+// duplicate reports whether pkt from client repeats a request whose
+// transfer is still running (and was handed over within rrqDedupWindow),
+// and remembers it otherwise.
 func (s *Server) duplicate(client netip.AddrPort, pkt []byte, now time.Time) bool {
+	s.recentMu.Lock()
+	defer s.recentMu.Unlock()
 	if s.recent == nil {
-		s.recent = map[string]time.Time{}
+		s.recent = map[netip.AddrPort]handedOver{}
 	}
-	key := client.String() + "\x00" + string(pkt)
-	if t, ok := s.recent[key]; ok && now.Sub(t) < rrqDedupWindow {
+	if h, ok := s.recent[client]; ok && h.pkt == string(pkt) && now.Sub(h.at) < rrqDedupWindow {
 		return true
 	}
 	if len(s.recent) >= 4096 {
-		for k, t := range s.recent {
-			if now.Sub(t) >= rrqDedupWindow {
+		for k, h := range s.recent {
+			if now.Sub(h.at) >= rrqDedupWindow {
 				delete(s.recent, k)
 			}
 		}
 	}
-	s.recent[key] = now
+	s.recent[client] = handedOver{pkt: string(pkt), at: now}
 	return false
+}
+
+// transferEnded forgets client's request: its transfer is over.
+func (s *Server) transferEnded(client netip.AddrPort) {
+	s.recentMu.Lock()
+	delete(s.recent, client)
+	s.recentMu.Unlock()
 }
 
 func (s *Server) log() *slog.Logger {
@@ -235,6 +253,7 @@ func (s *Server) serveRead(w packtftp.ReadRequest) {
 	client := w.Addr().AddrPort()
 	tr := Transfer{Client: netip.AddrPortFrom(client.Addr().Unmap(), client.Port()), File: w.Name()}
 	defer func() {
+		s.transferEnded(tr.Client)
 		tr.Duration = time.Since(start)
 		if s.OnTransfer != nil {
 			s.OnTransfer(tr)

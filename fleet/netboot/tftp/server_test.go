@@ -218,6 +218,57 @@ func TestRetransmittedRequestStartsOneTransfer(t *testing.T) {
 	}
 }
 
+// fetchOn downloads with req from the fixed socket l (lock-step, no
+// windowsize) and returns the bytes received.
+func fetchOn(t *testing.T, l *net.UDPConn, dst *net.UDPAddr, req []byte) int {
+	t.Helper()
+	if _, err := l.WriteToUDP(req, dst); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 2048)
+	total := 0
+	for {
+		l.SetReadDeadline(time.Now().Add(3 * time.Second))
+		n, from, err := l.ReadFromUDP(buf)
+		if err != nil {
+			t.Fatalf("after %d bytes: %v", total, err)
+		}
+		switch binary.BigEndian.Uint16(buf[:n]) {
+		case OpOACK:
+			l.WriteToUDP([]byte{0, 4, 0, 0}, from)
+		case OpData:
+			total += n - 4
+			l.WriteToUDP([]byte{0, 4, buf[2], buf[3]}, from)
+			if n-4 < 512 {
+				return total
+			}
+		default:
+			t.Fatalf("after %d bytes: reply %q", total, buf[:n])
+		}
+	}
+}
+
+// A client may reuse its port for the next transfer at once (firmware with
+// a fixed port, or an ephemeral port the OS hands out again): a request
+// identical to one whose transfer has finished is a new transfer, not a
+// retransmission.
+func TestSamePortNextTransfer(t *testing.T) {
+	addr, root, _ := startServer(t, true)
+	os.WriteFile(filepath.Join(root, "kernel.bin"), make([]byte, 3000), 0o644)
+	l, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	dst, _ := net.ResolveUDPAddr("udp4", addr)
+	req := rrq("kernel.bin", "octet")
+	for i := 0; i < 3; i++ {
+		if n := fetchOn(t, l, dst, req); n != 3000 {
+			t.Fatalf("transfer %d: %d bytes, want 3000", i+1, n)
+		}
+	}
+}
+
 func TestDownloads(t *testing.T) {
 	for _, frontend := range []bool{true, false} {
 		t.Run("frontend="+strconv.FormatBool(frontend), func(t *testing.T) {
