@@ -110,7 +110,12 @@ func TestKernelGatewayPing(t *testing.T) {
 		}
 		diff := s.ping - float64(h.Microseconds())/1000
 		diffs = append(diffs, diff)
-		if diff < -0.5 || diff > 10 {
+		// Both ends stamp on a loaded two-core host: the emulator's
+		// goroutine may run a few ms after its write, the node's loop
+		// sees an ACK up to a 1 ms tick late. Single samples may be off
+		// by that much; the median and the share within 2 ms are the
+		// figure.
+		if diff < -5 || diff > 10 {
 			t.Errorf("shard %d ACK %d: the node reports %.3f ms, the emulator held the ACK %v: %+.3f ms apart", s.shard, s.acks, s.ping, h, diff)
 		}
 		if s.slow {
@@ -135,6 +140,9 @@ func TestKernelGatewayPing(t *testing.T) {
 		len(diffs), diffs[0], med, diffs[len(diffs)-1], within, len(diffs))
 	if math.Abs(med) > 2 {
 		t.Errorf("median disagreement %+.3f ms, over the 2 ms target", med)
+	}
+	if within*10 < len(diffs)*8 {
+		t.Errorf("only %d of %d samples within 2 ms (want 80%%)", within, len(diffs))
 	}
 	if !slowSeen {
 		t.Error("the controller never saw shard 1 flagged ack_slow")
