@@ -13,24 +13,39 @@ SHARDS          ?= 16
 MAX_CONCURRENCY ?= 1
 FIRMWARE        ?= mixed
 
-.PHONY: all build image test test-scale bench run check fmt clean deps-build deps-test deps-bench
+# `make smoke` options: which paths (dpxe smoke --paths) and any other flags,
+# e.g. SMOKE_FLAGS="--junit smoke.xml".
+SMOKE_PATHS ?= all
+SMOKE_FLAGS ?=
+
+.PHONY: all build image smoke test test-scale bench run check fmt clean deps-build deps-smoke deps-test deps-bench
 
 all: image
 
 deps-build:
 	@$(DEPS) build
+deps-smoke:
+	@$(DEPS) build smoke
 deps-test:
 	@$(DEPS) build test
 deps-bench:
 	@$(DEPS) build test bench
 
-# The dpxe binary.
+# The dpxe binary, and the Gateway emulator that `dpxe smoke` runs beside it
+# for its netboot paths.
 build:
 	$(GO) build -o bin/dpxe ./cmd/dpxe
+	$(GO) build -o bin/gateway-emulator ./tools/cmd/gateway-emulator
 
 # Assemble the kernel and write kernel.bin, netboot/, usb.img and manifest.json.
 image: deps-build
 	$(GO) run ./cmd/dpxe build --out $(OUT)
+
+# Boot the images in QEMU on every path, as any user, the way CI does
+# (docs/ci.md): self-tests on kernel.bin and usb.img under SeaBIOS and OVMF,
+# and netboot through QEMU's user-mode network to a shard READY.
+smoke: deps-smoke image build
+	bin/dpxe smoke --out $(OUT) --paths $(SMOKE_PATHS) $(SMOKE_FLAGS)
 
 # Static checks: formatting, vet, generated templ files up to date.
 check:

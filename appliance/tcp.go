@@ -14,6 +14,18 @@ const (
 	TCPOptMSS     = 2  // maximum segment size
 	TCPOptMSSLen  = 4  // kind, length, 16-bit value
 	ipProtoTCP    = 6
+
+	TCPOptWS        = 3  // RFC 7323 §2.2: window scale
+	TCPOptWSLen     = 3  // kind, length, shift.cnt
+	TCPWSMax        = 14 // RFC 7323 §2.3: a larger shift is used as 14
+	TCPOptSACKOK    = 4  // RFC 2018 §2: SACK-permitted
+	TCPOptSACKOKLen = 2
+	TCPOptSACK      = 5 // RFC 2018 §3: SACK blocks, 2 + 8n bytes
+	TCPSACKMax      = 4 // blocks that fit in 40 bytes of options
+
+	// TCPSegment.Opts bits (TCPO_* in kernel/net/tcp.inc).
+	TCPOptsWS     = 1 << 0
+	TCPOptsSACKOK = 1 << 1
 )
 
 // Errors of ParseTCPSegment, one per kernel drop counter.
@@ -25,7 +37,9 @@ var (
 	// the segment does not verify.
 	ErrTCPChecksum = errors.New("tcp: bad checksum")
 	// ErrTCPOption means an option's length byte is missing, below 2 or
-	// runs past the header, or an MSS option is not 4 bytes long.
+	// runs past the header, or an MSS option is not 4 bytes long, a window
+	// scale not 3, a SACK-permitted not 2, or a SACK option not 2 + 8n
+	// bytes with n >= 1.
 	ErrTCPOption = errors.New("tcp: malformed option")
 )
 
@@ -37,6 +51,10 @@ type TCPSegment struct {
 	Flags, Window    uint32
 	HdrLen, DataLen  uint32
 	MSS              uint32 // 0 when the segment carries no MSS option
+	Opts             uint32 // TCPOptsWS, TCPOptsSACKOK
+	WScale           uint32 // window scale shift (with TCPOptsWS), at most TCPWSMax
+	SACKN            uint32 // SACK blocks, 0-4
+	SACK             [2 * TCPSACKMax]uint32
 }
 
 // SeqCmp compares two TCP sequence numbers modulo 2^32 (RFC 9293 §3.4):
@@ -102,11 +120,31 @@ func ParseTCPSegment(src, dst [4]byte, seg []byte) (TCPSegment, error) {
 		if l < 2 || i+l > hl {
 			return TCPSegment{}, ErrTCPOption
 		}
-		if kind == TCPOptMSS {
+		switch kind {
+		case TCPOptMSS:
 			if l != TCPOptMSSLen {
 				return TCPSegment{}, ErrTCPOption
 			}
 			s.MSS = uint32(binary.BigEndian.Uint16(seg[i+2:]))
+		case TCPOptWS:
+			if l != TCPOptWSLen {
+				return TCPSegment{}, ErrTCPOption
+			}
+			s.WScale = min(uint32(seg[i+2]), TCPWSMax)
+			s.Opts |= TCPOptsWS
+		case TCPOptSACKOK:
+			if l != TCPOptSACKOKLen {
+				return TCPSegment{}, ErrTCPOption
+			}
+			s.Opts |= TCPOptsSACKOK
+		case TCPOptSACK:
+			if l < 10 || (l-2)%8 != 0 {
+				return TCPSegment{}, ErrTCPOption
+			}
+			s.SACKN = uint32(l-2) / 8
+			for j := range 2 * int(s.SACKN) {
+				s.SACK[j] = binary.BigEndian.Uint32(seg[i+2+4*j:])
+			}
 		}
 		i += l
 	}
@@ -123,10 +161,11 @@ var tcpDigestOffsets = [8]byte{5, 5, 6, 7, 8, 15, 4, 0}
 // addresses (as the kernel loads them: first octet in the low byte).
 // mode = (r >> 32) & 7. When n >= 13 byte 12 gets a data offset from
 // tcpDigestOffsets; modes 1 and 2 with n >= 24 put an MSS option kind and
-// length at bytes 20-21; unless mode is 7, a segment of n >= 18 bytes gets
-// its correct checksum. The verdict (0 well-formed, 1 length, 2 checksum,
-// 3 option) is folded, then the nine TCPSegment fields when well-formed,
-// then SeqCmp(src, dst) and SeqCmp(src, src + (dst & 0xFF) - 0x80) as
+// length at bytes 20-21, mode 3 a window scale's (3, 3), mode 4 a
+// SACK-permitted's (4, 2) and mode 5 a 2-block SACK option's (5, 18);
+// unless mode is 7, a segment of n >= 18 bytes gets its correct checksum.
+// The verdict (0 well-formed, 1 length, 2 checksum, 3 option) is folded,
+// then the 21 TCPSegment fields when well-formed (SACK as 8 words), then SeqCmp(src, dst) and SeqCmp(src, src + (dst & 0xFF) - 0x80) as
 // sign-extended 64-bit values.
 func TCPSegmentDigest(seed uint32) uint64 {
 	rng := &splitmix64{state: uint64(seed)} // the PRNG every kernel self-test shares
@@ -150,8 +189,17 @@ func TCPSegmentDigest(seed uint32) uint64 {
 		if n >= 13 {
 			seg[12] = tcpDigestOffsets[(r>>35)&7] << 4
 		}
-		if (mode == 1 || mode == 2) && n >= 24 {
-			seg[20], seg[21] = TCPOptMSS, TCPOptMSSLen
+		if n >= 24 {
+			switch mode {
+			case 1, 2:
+				seg[20], seg[21] = TCPOptMSS, TCPOptMSSLen
+			case 3:
+				seg[20], seg[21] = TCPOptWS, TCPOptWSLen
+			case 4:
+				seg[20], seg[21] = TCPOptSACKOK, TCPOptSACKOKLen
+			case 5:
+				seg[20], seg[21] = TCPOptSACK, 18
+			}
 		}
 		if mode != 7 && n >= 18 {
 			seg[16], seg[17] = 0, 0
@@ -161,7 +209,10 @@ func TCPSegmentDigest(seed uint32) uint64 {
 		switch err {
 		case nil:
 			add(0)
-			for _, v := range []uint32{s.SrcPort, s.DstPort, s.Seq, s.Ack, s.Flags, s.Window, s.HdrLen, s.DataLen, s.MSS} {
+			for _, v := range []uint32{s.SrcPort, s.DstPort, s.Seq, s.Ack, s.Flags, s.Window, s.HdrLen, s.DataLen, s.MSS, s.Opts, s.WScale, s.SACKN} {
+				add(uint64(v))
+			}
+			for _, v := range s.SACK {
 				add(uint64(v))
 			}
 		case ErrTCPLength:

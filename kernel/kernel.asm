@@ -91,8 +91,10 @@ text_start:
 %include "lib/sha1.inc"		; SHA-1 (WebSocket accept key)
 %include "lib/base64.inc"
 %include "lib/ws.inc"			; RFC 6455 framing
+%include "lib/inflate.inc"		; zlib / DEFLATE streaming inflate
 %include "gateway/gateway.inc"	; per-shard Gateway sessions
 %include "selftest/lib_selftest.inc"
+%include "selftest/inflate_selftest.inc"	; lib/inflate.inc
 %include "crypto/sym.inc"		; hashes, MACs, HKDF, AEADs
 %include "crypto/asym.inc"		; X25519, P-256/P-384, ECDSA, RSA
 %include "selftest/crypto_selftest.inc"	; cryptotest=1

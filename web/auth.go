@@ -20,13 +20,32 @@ import (
 
 // Session and login parameters.
 const (
-	sessionCookie   = "dpxe_session"
-	loginCookie     = "dpxe_login" // CSRF token of the login form (double submit)
-	sessionTTL      = 12 * time.Hour
-	maxSessions     = 1000 // oldest sessions are dropped beyond this
-	loginFailWindow = time.Minute
-	loginFailMax    = 10 // failed logins per window before refusing for the rest of it
-	tokenBytes      = 32
+	sessionCookie = "dpxe_session"
+	loginCookie   = "dpxe_login" // CSRF token of the login form (double submit)
+	sessionTTL    = 12 * time.Hour
+	maxSessions   = 1000 // oldest sessions are dropped beyond this
+	tokenBytes    = 32
+)
+
+// The login throttle (issue 24: one global list of failures let anyone
+// lock every operator out). Failures are counted per client address
+// (security.Source: the IP, an IPv6 /64), logins and one-time links
+// apart. A client's first loginFreeFailures failures cost nothing; each
+// later one makes it wait before its next attempt, loginBackoffBase after
+// the first and twice as long after each further one, up to
+// loginBackoffMax. A success, or loginForget without a failure, clears the
+// record. The admin token and a live one-time link are 256 random bits
+// compared in constant time: they are let through whatever the throttle
+// says, so a throttled address (a shared NAT, an attacker spoofing
+// nothing but its guesses) never locks out an operator who has them. The
+// throttle protects the dashboard password, which a person chose, and the
+// server's CPU (each password check is a PBKDF2 run).
+const (
+	loginFreeFailures = 5
+	loginBackoffBase  = time.Second
+	loginBackoffMax   = 15 * time.Minute
+	loginForget       = time.Hour
+	maxThrottled      = 4096 // client records kept; the stalest go first
 )
 
 // PasswordSetting is the settings key of the dashboard password hash,
@@ -120,9 +139,110 @@ type session struct {
 // sessions is the in-memory session table. Sessions do not survive a
 // restart of `dpxe serve`: operators log in again.
 type sessions struct {
-	mu    sync.Mutex
-	byID  map[string]*session
-	fails []time.Time // recent failed logins
+	mu   sync.Mutex
+	byID map[string]*session
+}
+
+// throttle is one table of failures per client (see loginFreeFailures).
+// It is safe for concurrent use; the zero value is ready.
+type throttle struct {
+	mu      sync.Mutex
+	clients map[string]*failures
+}
+
+type failures struct {
+	n     int       // failures since the record was last cleared
+	last  time.Time // the latest failure
+	until time.Time // no attempt before this
+}
+
+// wait returns how long client must wait before its next attempt; 0
+// means it may try now.
+func (t *throttle) wait(client string, now time.Time) time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	f := t.clients[client]
+	if f == nil {
+		return 0
+	}
+	if now.Sub(f.last) >= loginForget {
+		delete(t.clients, client)
+		return 0
+	}
+	if now.Before(f.until) {
+		return f.until.Sub(now)
+	}
+	return 0
+}
+
+// backoff is the wait after a client's n-th failure.
+func backoff(n int) time.Duration {
+	if n <= loginFreeFailures {
+		return 0
+	}
+	d := loginBackoffBase
+	for i := loginFreeFailures + 1; i < n && d < loginBackoffMax; i++ {
+		d *= 2
+	}
+	return min(d, loginBackoffMax)
+}
+
+// failed records a failure of client and returns the wait it now has.
+func (t *throttle) failed(client string, now time.Time) time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.clients == nil {
+		t.clients = map[string]*failures{}
+	}
+	f := t.clients[client]
+	if f != nil && now.Sub(f.last) >= loginForget {
+		f = nil
+	}
+	if f == nil {
+		if len(t.clients) >= maxThrottled {
+			t.evictLocked(now)
+		}
+		f = &failures{}
+		t.clients[client] = f
+	}
+	f.n++
+	f.last = now
+	f.until = now.Add(backoff(f.n))
+	return backoff(f.n)
+}
+
+// evictLocked makes room: forgotten records, or else the stalest one.
+func (t *throttle) evictLocked(now time.Time) {
+	var stalest string
+	for c, f := range t.clients {
+		if now.Sub(f.last) >= loginForget {
+			delete(t.clients, c)
+		} else if stalest == "" || f.last.Before(t.clients[stalest].last) {
+			stalest = c
+		}
+	}
+	if len(t.clients) >= maxThrottled && stalest != "" {
+		delete(t.clients, stalest)
+	}
+}
+
+// succeeded clears client's record.
+func (t *throttle) succeeded(client string) {
+	t.mu.Lock()
+	delete(t.clients, client)
+	t.mu.Unlock()
+}
+
+// waitText says how long to wait, rounded up to a whole second.
+func waitText(d time.Duration) string {
+	s := (d + time.Second - 1) / time.Second
+	if s <= 1 {
+		return "a second"
+	}
+	if s < 120 {
+		return fmt.Sprintf("%d seconds", s)
+	}
+	return fmt.Sprintf("%d minutes", (s+59)/60)
 }
 
 func newToken() string {
@@ -174,26 +294,6 @@ func (s *sessions) remove(id string) {
 	s.mu.Unlock()
 }
 
-// throttled reports whether too many logins failed recently.
-func (s *sessions) throttled(now time.Time) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	kept := s.fails[:0]
-	for _, t := range s.fails {
-		if now.Sub(t) < loginFailWindow {
-			kept = append(kept, t)
-		}
-	}
-	s.fails = kept
-	return len(s.fails) >= loginFailMax
-}
-
-func (s *sessions) failed(now time.Time) {
-	s.mu.Lock()
-	s.fails = append(s.fails, now)
-	s.mu.Unlock()
-}
-
 // sameToken compares two tokens in constant time; empty never matches.
 func sameToken(a, b string) bool {
 	return a != "" && b != "" && subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1
@@ -206,14 +306,18 @@ func setCookie(w http.ResponseWriter, r *http.Request, name, value string, maxAg
 		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: int(maxAge / time.Second)})
 }
 
-// checkSecret accepts the admin token or the dashboard password.
-func (s *Server) checkSecret(ctx context.Context, secret string) bool {
+// isAdminToken reports, in constant time, whether secret is the admin
+// token.
+func (s *Server) isAdminToken(secret string) bool {
+	h := sha256.Sum256([]byte(secret))
+	return subtle.ConstantTimeCompare(h[:], s.cfg.AdminHash[:]) == 1 && secret != ""
+}
+
+// isPassword reports whether secret is the dashboard password (PBKDF2,
+// constant-time comparison).
+func (s *Server) isPassword(ctx context.Context, secret string) bool {
 	if secret == "" {
 		return false
-	}
-	h := sha256.Sum256([]byte(secret))
-	if subtle.ConstantTimeCompare(h[:], s.cfg.AdminHash[:]) == 1 {
-		return true
 	}
 	stored, err := s.cfg.Store.Setting(ctx, PasswordSetting)
 	if err != nil {

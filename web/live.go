@@ -15,6 +15,7 @@ import (
 
 	"github.com/a-h/templ"
 
+	"github.com/discord-pxe/dpxe/fleet/security"
 	"github.com/discord-pxe/dpxe/templates"
 	"github.com/discord-pxe/dpxe/web/view"
 )
@@ -37,6 +38,10 @@ const (
 	liveKeepalive     = 15 * time.Second
 	liveWriteDeadline = 10 * time.Second
 	maxSubscribers    = 500
+	// maxSessionStreams bounds the streams of one logged-in session (one
+	// per open page), so that one session cannot hold all
+	// maxSubscribers.
+	maxSessionStreams = 16
 )
 
 // subscriber is one open page.
@@ -90,6 +95,7 @@ type topic struct {
 	last   map[string][]byte // last coarse parts: what a new subscriber gets
 	fine   map[string][]byte // last fine parts (shard-map head and groups)
 	layout string            // the fine parts' layout; fine updates apply only while it holds
+	failed bool              // its last rendering failed (logged once, not every period)
 }
 
 // rendered is one rendering of a topic. Coarse parts are whole page
@@ -106,16 +112,17 @@ type rendered struct {
 
 // hub renders topics and fans parts out to subscribers.
 type hub struct {
-	s      *Server
-	mu     sync.Mutex
-	topics map[string]*topic
-	count  int
-	closed bool
-	done   chan struct{} // closed by close: every stream ends
+	s         *Server
+	mu        sync.Mutex
+	topics    map[string]*topic
+	count     int
+	bySession map[string]int // open streams per session ID
+	closed    bool
+	done      chan struct{} // closed by close: every stream ends
 }
 
 func newHub(s *Server) *hub {
-	return &hub{s: s, topics: map[string]*topic{}, done: make(chan struct{})}
+	return &hub{s: s, topics: map[string]*topic{}, bySession: map[string]int{}, done: make(chan struct{})}
 }
 
 // close ends every stream and refuses new ones, so that an HTTP server's
@@ -135,19 +142,27 @@ var errClosed = errors.New("the dashboard is shutting down")
 // errTooMany is returned when maxSubscribers streams are open.
 var errTooMany = fmt.Errorf("more than %d live pages are open", maxSubscribers)
 
-// subscribe adds a subscriber to key; it first receives the topic's last
-// parts, if any.
-func (h *hub) subscribe(key string) (*subscriber, func(), error) {
+// errSessionStreams is returned when a session has maxSessionStreams open.
+var errSessionStreams = fmt.Errorf("this session has %d live pages open; close some", maxSessionStreams)
+
+// subscribe adds a subscriber of session sid to key; it first receives
+// the topic's last parts, if any.
+func (h *hub) subscribe(key, sid string) (*subscriber, func(), error) {
 	sub := &subscriber{pending: map[string][]byte{}, notify: make(chan struct{}, 1)}
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
 		return nil, nil, errClosed
 	}
+	if h.bySession[sid] >= maxSessionStreams {
+		h.mu.Unlock()
+		return nil, nil, errSessionStreams
+	}
 	if h.count >= maxSubscribers {
 		h.mu.Unlock()
 		return nil, nil, errTooMany
 	}
+	h.bySession[sid]++
 	t := h.topics[key]
 	if t == nil {
 		t = &topic{subs: map[*subscriber]struct{}{}}
@@ -165,6 +180,9 @@ func (h *hub) subscribe(key string) (*subscriber, func(), error) {
 		if _, ok := t.subs[sub]; ok {
 			delete(t.subs, sub)
 			h.count--
+			if h.bySession[sid]--; h.bySession[sid] <= 0 {
+				delete(h.bySession, sid)
+			}
 		}
 		if len(t.subs) == 0 && h.topics[key] == t {
 			delete(h.topics, key)
@@ -199,16 +217,24 @@ func (h *hub) publish(ctx context.Context) {
 	h.mu.Unlock()
 	for _, key := range keys {
 		r, err := h.s.renderTopic(ctx, key)
-		if err != nil {
-			h.s.log.Warn("dashboard: live update", "topic", key, "err", err)
-			continue
-		}
 		h.mu.Lock()
 		t := h.topics[key]
 		if t == nil {
 			h.mu.Unlock()
 			continue
 		}
+		if err != nil {
+			// Once per failure, not once per period (a node removed
+			// while its page is open).
+			first := !t.failed
+			t.failed = true
+			h.mu.Unlock()
+			if first {
+				h.s.log.Warn("dashboard: live update failed; retrying quietly", "topic", strings.ReplaceAll(key, "\x00", " "), "err", err)
+			}
+			continue
+		}
+		t.failed = false
 		fineOK := r.fine != nil && t.fine != nil && r.layout == t.layout
 		changed := map[string][]byte{}
 		for id, v := range r.coarse {
@@ -361,7 +387,26 @@ func (s *Server) live(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "live: topic must be fleet, nodes, or node with id", http.StatusBadRequest)
 		return
 	}
-	sub, cancel, err := s.hub.subscribe(key)
+	// A node's topic is checked once, here: a stream for a node that does
+	// not exist is refused instead of failing to render every period.
+	if kind, id, _ := strings.Cut(key, "\x00"); kind == "node" {
+		if _, err := s.cfg.Controller.Node(r.Context(), id); err != nil {
+			http.Error(w, "live: "+err.Error(), http.StatusNotFound)
+			return
+		}
+	}
+	// The stream ends when its session does (log out, expiry).
+	var sid string
+	if c, err := r.Cookie(sessionCookie); err == nil {
+		sid = c.Value
+	}
+	sub, cancel, err := s.hub.subscribe(key, sid)
+	if errors.Is(err, errSessionStreams) {
+		s.refusals.Refused(security.LiveStreams, security.Source(r.RemoteAddr), "dashboard: live stream refused, session at its cap",
+			"cap", maxSessionStreams)
+		http.Error(w, "live: "+err.Error(), http.StatusTooManyRequests)
+		return
+	}
 	if err != nil {
 		http.Error(w, "live: "+err.Error(), http.StatusServiceUnavailable)
 		return
@@ -385,11 +430,6 @@ func (s *Server) live(w http.ResponseWriter, r *http.Request) {
 	}
 	if !write([]byte("retry: 3000\n\n")) {
 		return
-	}
-	// The stream ends when its session does (log out, expiry).
-	var sid string
-	if c, err := r.Cookie(sessionCookie); err == nil {
-		sid = c.Value
 	}
 	keep := time.NewTicker(liveKeepalive)
 	defer keep.Stop()

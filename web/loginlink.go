@@ -3,11 +3,13 @@ package web
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"fmt"
 	"net/http"
 	"sync"
 	"time"
 
 	"github.com/discord-pxe/dpxe/fleet/api"
+	"github.com/discord-pxe/dpxe/fleet/security"
 	"github.com/discord-pxe/dpxe/templates"
 )
 
@@ -19,7 +21,8 @@ import (
 //   - The link carries 256 random bits, base64url. Only their SHA-256 is
 //     kept, in memory: a restart of `dpxe serve` voids every link.
 //   - A link works once and for LoginLinkTTL. A used, expired or unknown
-//     link is a failed login: it counts toward the login throttle.
+//     link counts toward the client's link throttle (apart from its
+//     logins); a live link works whatever the throttle says.
 //   - Lookups compare the hash with every live link in constant time.
 //   - The token is never logged, and the page that sets the cookie sends
 //     no Referer to other sites and loads nothing from them.
@@ -93,7 +96,7 @@ func (t *loginLinks) pruneLocked(now time.Time) {
 // registerLoginLinks mounts the issuing endpoint (admin token) and the
 // link itself.
 func (s *Server) registerLoginLinks(mux *http.ServeMux) {
-	mux.HandleFunc("POST /v1/dashboard/login-links", api.AdminOnly(s.cfg.AdminHash, s.log, s.issueLoginLink))
+	mux.HandleFunc("POST /v1/dashboard/login-links", api.AdminOnly(s.cfg.AdminHash, s.refusals, s.issueLoginLink))
 	mux.HandleFunc("GET "+LoginLinkPrefix+"{token}", s.useLoginLink)
 }
 
@@ -114,19 +117,26 @@ func (s *Server) useLoginLink(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := s.cfg.Now()
-	if s.sess.throttled(now) {
-		s.problem(w, r, http.StatusTooManyRequests, "Too many failed logins",
-			"Too many failed logins in the last minute; wait a minute and open the link again.")
-		return
-	}
+	client := security.Source(r.RemoteAddr)
+	// A live link is let through whatever the throttle says (see
+	// loginFreeFailures); failures count per client, apart from logins.
 	if !s.links.use(r.PathValue("token"), now) {
-		s.sess.failed(now)
-		s.log.Warn("dashboard: one-time login link refused (used, expired or unknown)", "remote", r.RemoteAddr)
+		if wait := s.linkFails.wait(client, now); wait > 0 {
+			s.refusals.Refused(security.LoginThrottled, client, "dashboard: login link refused, too many failures from this client",
+				"retry_in", wait.Round(time.Second).String())
+			w.Header().Set("Retry-After", fmt.Sprint(int((wait+time.Second-1)/time.Second)))
+			s.problem(w, r, http.StatusTooManyRequests, "Too many failed login links",
+				"Too many login links from this address did not work; wait "+waitText(wait)+" and open the link again.")
+			return
+		}
+		s.linkFails.failed(client, now)
+		s.refusals.Refused(security.LoginLink, client, "dashboard: one-time login link refused (used, expired or unknown)")
 		s.problem(w, r, http.StatusForbidden, "This login link does not work",
 			"It was used already, it expired (links last 10 minutes), or dpxe serve restarted since it was made. "+
 				"Get a new one with dpxe login-link, or log in with the admin token.")
 		return
 	}
+	s.linkFails.succeeded(client)
 	id, _ := s.sess.create(now)
 	setCookie(w, r, sessionCookie, id, sessionTTL)
 	s.log.Info("dashboard: operator logged in with a one-time link", "remote", r.RemoteAddr)

@@ -89,14 +89,17 @@ func TestLoginLink(t *testing.T) {
 	// (Expiry is checked on the table itself below: the server's clock is
 	// not swapped under running handlers.)
 
-	// Guessing counts toward the login throttle: after it trips, even a
-	// good link waits.
+	// Guessing counts toward this client's link throttle (see
+	// TestLinkFailuresApartFromLogins); a good link still works.
 	_, good := issueLink(t, f, testToken)
-	for i := 0; i < loginFailMax; i++ {
+	for i := 0; i < loginFreeFailures+2; i++ {
 		get(t, f.client(), f.srv.URL+LoginLinkPrefix+"guess"+string(rune('a'+i)))
 	}
-	if code, _ := get(t, f.client(), f.srv.URL+good); code != http.StatusTooManyRequests {
-		t.Fatalf("after %d bad links: %d, want 429", loginFailMax, code)
+	if code, _ := get(t, f.client(), f.srv.URL+LoginLinkPrefix+"guessz"); code != http.StatusTooManyRequests {
+		t.Fatalf("after %d bad links: %d, want 429", loginFreeFailures+2, code)
+	}
+	if code, _ := get(t, f.client(), f.srv.URL+good); code != http.StatusOK {
+		t.Fatalf("a live link from a throttled client: %d, want 200", code)
 	}
 }
 

@@ -157,9 +157,9 @@ func (n *InventoryNetboot) Approve(ctx context.Context, mac, nodeID string) erro
 	if err != nil {
 		return err
 	}
-	// No secret is stored with the MAC: `dpxe serve` mints a credential for
-	// each boot when the machine fetches its iPXE script
-	// (Controller.RotateCredential keeps only its hash).
+	// No secret is stored with the MAC: `dpxe serve` enrolls the machine
+	// when it fetches its iPXE script (Controller.Enroll keeps only the
+	// hash, and never replaces a live node's credential).
 	return n.Inv.Approve(ctx, hw, nodeID, "", time.Now())
 }
 

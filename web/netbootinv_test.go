@@ -61,7 +61,7 @@ func TestInventoryNetboot(t *testing.T) {
 		t.Fatalf("inventory after approve: %+v %v", n, err)
 	}
 	if n.Credential != "" {
-		t.Fatal("approval stored a credential in clear; it must be minted per boot")
+		t.Fatal("approval stored a credential in clear; netboot enrolls it")
 	}
 	if _, err := f.ctrl.Node(ctx, "rack-01"); err != nil {
 		t.Fatalf("approval did not create the node at the controller: %v", err)

@@ -14,6 +14,7 @@ import (
 	"context"
 	"embed"
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"net/http"
@@ -24,6 +25,7 @@ import (
 	"github.com/a-h/templ"
 
 	"github.com/discord-pxe/dpxe/fleet/controller"
+	"github.com/discord-pxe/dpxe/fleet/security"
 	"github.com/discord-pxe/dpxe/fleet/store"
 	"github.com/discord-pxe/dpxe/templates"
 	"github.com/discord-pxe/dpxe/web/view"
@@ -49,7 +51,11 @@ type Config struct {
 	// nil shows those sections as "netboot not enabled".
 	Netboot Netboot
 	Log     *slog.Logger
-	Now     func() time.Time // default time.Now
+	// Refusals counts and logs refused logins, links and forms,
+	// rate-limited per client; nil makes one writing to Log. `dpxe serve`
+	// passes the one its API uses.
+	Refusals *security.Log
+	Now      func() time.Time // default time.Now
 	// LiveEvery is how often live pages are refreshed over server-sent
 	// events (default DefaultLiveEvery).
 	LiveEvery time.Duration
@@ -60,11 +66,14 @@ type Config struct {
 // Server is the dashboard. Mount it with Register and run its live-update
 // loop with Run.
 type Server struct {
-	cfg   Config
-	log   *slog.Logger
-	sess  sessions
-	links loginLinks
-	hub   *hub
+	cfg      Config
+	log      *slog.Logger
+	refusals *security.Log
+	sess     sessions
+	links    loginLinks
+	hub      *hub
+	// Failed logins and failed one-time links, per client, apart.
+	loginFails, linkFails throttle
 }
 
 // New returns a dashboard for cfg.
@@ -81,7 +90,10 @@ func New(cfg Config) *Server {
 	if cfg.IdentifyWindow <= 0 {
 		cfg.IdentifyWindow = DefaultIdentifyWindow
 	}
-	s := &Server{cfg: cfg, log: cfg.Log, sess: sessions{byID: map[string]*session{}}}
+	if cfg.Refusals == nil {
+		cfg.Refusals = security.New(cfg.Log)
+	}
+	s := &Server{cfg: cfg, log: cfg.Log, refusals: cfg.Refusals, sess: sessions{byID: map[string]*session{}}}
 	s.hub = newHub(s)
 	return s
 }
@@ -155,7 +167,7 @@ func (s *Server) authed(h http.HandlerFunc) http.HandlerFunc {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
 			if !sameOrigin(r) || !sameToken(r.PostFormValue("csrf"), sess.csrf) {
-				s.log.Warn("dashboard: CSRF check failed", "path", r.URL.Path, "remote", r.RemoteAddr)
+				s.refusals.Refused(security.CSRF, security.Source(r.RemoteAddr), "dashboard: CSRF check failed", "path", r.URL.Path)
 				s.problem(w, r, http.StatusForbidden, "Request refused",
 					"This form did not carry this session's CSRF token, so it may have been forged by another site. Reload the page and try again.")
 				return
@@ -258,9 +270,25 @@ func (s *Server) loginForm(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, http.StatusOK, templates.LoginPage(view.Login{Page: p, Next: safeNext(r.URL.Query().Get("next"))}))
 }
 
-// safeNext keeps a post-login redirect on this site.
+// safeNext keeps a post-login redirect on this site: it returns next if
+// it is a clean path on this origin (with an optional query) and "/"
+// otherwise. Clean means: it starts with one '/', every byte is visible
+// ASCII (no control character, space or DEL: browsers drop tabs and
+// newlines, so "/\t/evil.example" would be "//evil.example" to them), no
+// backslash anywhere (browsers read it as '/'), no '#', and it parses as a
+// path with no scheme, host, user or fragment.
 func safeNext(next string) string {
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") {
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || len(next) > 2048 {
+		return "/"
+	}
+	for i := 0; i < len(next); i++ {
+		if c := next[i]; c <= ' ' || c >= 0x7f || c == '\\' || c == '#' {
+			return "/"
+		}
+	}
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || u.Opaque != "" || u.Fragment != "" ||
+		!strings.HasPrefix(u.Path, "/") || strings.HasPrefix(u.Path, "//") {
 		return "/"
 	}
 	return next
@@ -283,16 +311,26 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		p.CSRF, p.Error = tok, msg
 		s.render(w, r, status, templates.LoginPage(view.Login{Page: p, Next: next}))
 	}
-	if s.sess.throttled(now) {
-		fail(http.StatusTooManyRequests, "Too many failed logins in the last minute; wait a minute and try again.")
-		return
+	client := security.Source(r.RemoteAddr)
+	secret := r.PostFormValue("secret")
+	// The admin token goes through whatever the throttle says (see
+	// loginFreeFailures); the password only when the client may try.
+	if !s.isAdminToken(secret) {
+		if wait := s.loginFails.wait(client, now); wait > 0 {
+			s.refusals.Refused(security.LoginThrottled, client, "dashboard: login refused, too many failures from this client",
+				"retry_in", wait.Round(time.Second).String())
+			w.Header().Set("Retry-After", fmt.Sprint(int((wait+time.Second-1)/time.Second)))
+			fail(http.StatusTooManyRequests, "Too many failed logins from this address; wait "+waitText(wait)+" and try again.")
+			return
+		}
+		if !s.isPassword(r.Context(), secret) {
+			s.loginFails.failed(client, now)
+			s.refusals.Refused(security.Login, client, "dashboard: login failed")
+			fail(http.StatusUnauthorized, "That is neither the admin token nor the dashboard password.")
+			return
+		}
 	}
-	if !s.checkSecret(r.Context(), r.PostFormValue("secret")) {
-		s.sess.failed(now)
-		s.log.Warn("dashboard: login failed", "remote", r.RemoteAddr)
-		fail(http.StatusUnauthorized, "That is neither the admin token nor the dashboard password.")
-		return
-	}
+	s.loginFails.succeeded(client)
 	id, _ := s.sess.create(now)
 	setCookie(w, r, sessionCookie, id, sessionTTL)
 	setCookie(w, r, loginCookie, "", -1)

@@ -102,19 +102,6 @@ func TestLoginSecrets(t *testing.T) {
 	}
 }
 
-func TestLoginThrottle(t *testing.T) {
-	f := newTestFleet(t, fleetOpts{total: 16, maxConc: 1})
-	c := f.client()
-	last := 0
-	for i := 0; i < loginFailMax+1; i++ {
-		_, page := get(t, c, f.srv.URL+"/login")
-		last, _, _ = post(t, c, f.srv.URL+"/login", url.Values{"csrf": {csrfOf(t, page)}, "secret": {"wrong"}})
-	}
-	if last != http.StatusTooManyRequests {
-		t.Fatalf("after %d failures: %d, want 429", loginFailMax+1, last)
-	}
-}
-
 func TestSecureCookieOverTLS(t *testing.T) {
 	r := httptest.NewRequest("GET", "https://dpxe.test/", nil)
 	r.TLS = &tls.ConnectionState{}

@@ -162,7 +162,7 @@ func runNodes(ctx context.Context, args []string) error {
 		if err := c.do(ctx, "POST", "/v1/netboot/machines/"+url.PathEscape(mac)+"/approve", map[string]string{"node_id": name}, &out); err != nil {
 			return err
 		}
-		fmt.Printf("%s approved as %s: its next netboot boots the shard kernel (a fresh credential is minted for every boot)\n", out["mac"], out["node_id"])
+		fmt.Printf("%s approved as %s: its next netboot boots the shard kernel (and enrolls it: its first check-in makes the boot's credential its own)\n", out["mac"], out["node_id"])
 		return nil
 	case "retire":
 		var out map[string]string

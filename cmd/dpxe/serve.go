@@ -16,6 +16,7 @@ import (
 
 	"github.com/discord-pxe/dpxe/fleet/api"
 	"github.com/discord-pxe/dpxe/fleet/controller"
+	"github.com/discord-pxe/dpxe/fleet/security"
 	"github.com/discord-pxe/dpxe/fleet/store"
 )
 
@@ -211,6 +212,24 @@ type fleetApp struct {
 	// gateway is what the Gateway part attaches with; nil without
 	// Gateway settings.
 	gateway *gatewayBoot
+	// api is the controller API (mounted on mux; the netboot part mounts
+	// its node routes on the boot listener too).
+	api *api.Server
+	// refusals counts and logs, rate-limited, what every part refuses.
+	refusals *security.Log
+	// boot is the boot network's surface, set by the netboot part; nil
+	// without --interface.
+	boot *bootRoute
+}
+
+// handler is what the --listen server serves: the operator's mux, and the
+// boot network's mux for connections made to the boot address (a wildcard
+// --listen accepts those too).
+func (a *fleetApp) handler() http.Handler {
+	if a.boot == nil {
+		return a.mux
+	}
+	return a.boot.dispatch(a.mux)
 }
 
 // servePart is an optional piece of `dpxe serve` that lives in its own file
@@ -264,8 +283,12 @@ func buildFleet(ctx context.Context, cfg serveConfig, log *slog.Logger) (*fleetA
 		log.Info("admin token loaded from the store", "token_file", cfg.AdminTokenFile)
 	}
 	mux := http.NewServeMux()
-	api.New(ctrl, hash, log.With("part", "api")).Register(mux)
-	return &fleetApp{store: st, controller: ctrl, mux: mux, cfg: cfg, adminHash: hash, gateway: gw}, nil
+	refusals := security.New(log.With("part", "security"))
+	srv := api.New(ctrl, hash, log.With("part", "api"))
+	srv.SetRefusals(refusals)
+	srv.Register(mux)
+	return &fleetApp{store: st, controller: ctrl, mux: mux, cfg: cfg, adminHash: hash, gateway: gw,
+		api: srv, refusals: refusals}, nil
 }
 
 // attachParts attaches every registered part and returns their run functions.
@@ -303,7 +326,7 @@ func runServe(ctx context.Context, args []string) error {
 		return err
 	}
 	srv := &http.Server{
-		Handler:           app.mux,
+		Handler:           app.handler(),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      15 * time.Second,

@@ -38,7 +38,13 @@ var netbootFlags struct {
 	controller   string
 	ipv6NoRouter bool
 	tftp         string
+	proxyEnroll  bool
 }
+
+// enrollTTL is how long an enrollment credential waits for the node's
+// first check-in: the kernel download, the boot and the kernel's own DHCP
+// take seconds (a minute under QEMU's TCG).
+const enrollTTL = 5 * time.Minute
 
 // multiFlag collects a repeatable flag.
 type multiFlag []string
@@ -62,34 +68,57 @@ func init() {
 			fs.StringVar(&f.controller, "controller-url", "", "controller URL put on kernel command lines (default http://<interface IP>:<--listen port>)")
 			fs.BoolVar(&f.ipv6NoRouter, "ipv6-no-router", false, "answer IPv6 router solicitations on --interface so iPXE does not wait ~15 s for IPv6")
 			fs.StringVar(&f.tftp, "tftp", "", "TFTP listen address (default <interface IP>:69, \"off\" disables it)")
+			fs.BoolVar(&f.proxyEnroll, "proxy-enroll", false, "with --dhcp proxy: let approved machines enroll over the network although proxy DHCP cannot tell which address a MAC has (any host on the boot LAN that answers first after a machine's DHCP can then enroll as it while it is not live; see docs/security.md)")
 		},
 		attach: attachNetboot,
 	})
 }
 
-// fleetInventory is the netboot inventory as `dpxe serve` runs it. Node
-// secrets are never stored in clear: when an approved machine fetches its
-// iPXE script, the controller mints a fresh credential for that boot
-// (RotateCredential keeps only its hash) and the script carries it. A
-// running kernel's credential therefore stays valid until the machine
-// fetches its script again, which it does only when it reboots.
+// fleetInventory is the netboot inventory as `dpxe serve` runs it: the
+// SQLite inventory, with enrollment through the controller. Node secrets
+// are never stored in clear, and a script fetch never revokes a running
+// node's credential: Enroll asks the controller for an enrollment
+// credential good only for the node's first check-in from the script's
+// address (controller.Enroll), and a node that is live gets none.
 type fleetInventory struct {
 	*inventory.SQL
 	ctrl *controller.Controller
 }
 
-// Lookup implements inventory.Inventory.
-func (f *fleetInventory) Lookup(ctx context.Context, mac net.HardwareAddr) (inventory.Node, error) {
-	n, err := f.SQL.Lookup(ctx, mac)
-	if err != nil || n.State != inventory.Approved {
-		return n, err
+// Enroll implements inventory.Inventory.
+func (f *fleetInventory) Enroll(ctx context.Context, n inventory.Node, to netip.Addr) (string, error) {
+	cred, err := f.ctrl.Enroll(ctx, n.ID, to.String(), enrollTTL)
+	var live *controller.LiveError
+	if errors.As(err, &live) {
+		return "", &inventory.LiveError{NodeID: n.ID, RetryAfter: time.Until(live.Until)}
 	}
-	cred, err := f.ctrl.RotateCredential(ctx, n.ID)
 	if err != nil {
-		return inventory.Node{}, fmt.Errorf("minting a credential for %s: %w", n.ID, err)
+		return "", fmt.Errorf("enrolling %s: %w", n.ID, err)
 	}
-	n.Credential = cred
-	return n, nil
+	return cred, nil
+}
+
+// bootRoute is the boot network's HTTP surface: only what nodes use
+// (/boot/, check-in, Identify, /healthz), served to connections made to
+// the boot address, never the operator's routes.
+type bootRoute struct {
+	ip  netip.Addr
+	mux *http.ServeMux
+}
+
+// dispatch sends connections made to the boot address to the boot mux and
+// the others to op. `dpxe serve` uses it when --listen is a wildcard that
+// also accepts the boot network's connections.
+func (b *bootRoute) dispatch(op http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+			if ap, err := netip.ParseAddrPort(la.String()); err == nil && ap.Addr().Unmap() == b.ip {
+				b.mux.ServeHTTP(w, r)
+				return
+			}
+		}
+		op.ServeHTTP(w, r)
+	})
 }
 
 // attachNetboot mounts the operator endpoints and, with --interface, starts
@@ -117,9 +146,16 @@ func attachNetboot(ctx context.Context, app *fleetApp, log *slog.Logger) (func(c
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errUsage, err)
 	}
-	_, port, err := net.SplitHostPort(app.cfg.Listen)
+	host, port, err := net.SplitHostPort(app.cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("%w: --listen %q: %v", errUsage, app.cfg.Listen, err)
+	}
+	if a, err := netip.ParseAddr(host); err == nil && a.Unmap() == ip {
+		return nil, fmt.Errorf("%w: --listen %s is the boot network's address: the operator API and the dashboard must not be served to the boot LAN; "+
+			"keep --listen on loopback or a management address (nodes get their own listener on %s:%s)", errUsage, app.cfg.Listen, ip, port)
+	}
+	if f.proxyEnroll && dcfg.Mode != dhcp.Proxy {
+		return nil, fmt.Errorf("%w: --proxy-enroll needs --dhcp proxy (authoritative mode enrolls from its own leases; without DHCP nothing enrolls)", errUsage)
 	}
 	base := "http://" + net.JoinHostPort(ip.String(), port)
 	controllerURL := f.controller
@@ -128,16 +164,23 @@ func attachNetboot(ctx context.Context, app *fleetApp, log *slog.Logger) (func(c
 	}
 	nb, err := netboot.New(ctx, netboot.Config{
 		Interface: f.iface, ServerIP: ip, DHCP: dcfg, TFTPAddr: f.tftp,
-		BaseURL: base, Controller: controllerURL,
+		BaseURL: base, Controller: controllerURL, EnrollUntrusted: f.proxyEnroll, Refusals: app.refusals,
 		BootDir: f.bootDir, IPXEDir: f.ipxeDir, IPv6NoRouter: f.ipv6NoRouter, Log: log,
 	}, inv, inv.SQL)
 	if err != nil {
 		return nil, err
 	}
-	nb.Register(app.mux)
+	// The boot network gets its own mux: the boot files and scripts, and
+	// the node routes of the API. /boot/ is on no other listener, and no
+	// operator route is on this one.
+	boot := &bootRoute{ip: ip, mux: http.NewServeMux()}
+	nb.Register(boot.mux)
+	app.api.RegisterNode(boot.mux)
+	app.boot = boot
 
-	// Nodes must reach the API and /boot/ at the interface's address; add a
-	// listener there unless --listen already covers it.
+	// Nodes reach it at the interface's address: a listener of its own
+	// there, unless --listen is a wildcard that takes those connections
+	// (then the main server dispatches them by local address).
 	var bootSrv *http.Server
 	var bootLn net.Listener
 	if !listenCovers(app.cfg.Listen, ip) {
@@ -145,9 +188,17 @@ func attachNetboot(ctx context.Context, app *fleetApp, log *slog.Logger) (func(c
 		if err != nil {
 			return nil, fmt.Errorf("listening for nodes on %s: %w", f.iface, err)
 		}
-		bootSrv = &http.Server{Handler: app.mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 15 * time.Second,
+		bootSrv = &http.Server{Handler: boot.mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 15 * time.Second,
 			WriteTimeout: 5 * time.Minute, IdleTimeout: 2 * time.Minute,
 			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	}
+	switch {
+	case dcfg.Mode == dhcp.Proxy && !f.proxyEnroll:
+		log.Warn("netboot: proxy DHCP without --proxy-enroll: approved machines are not enrolled over the network (boot them from USB, or see docs/security.md)")
+	case dcfg.Mode == 0:
+		log.Warn("netboot: without DHCP approved machines are not enrolled over the network (boot them from USB, or see docs/security.md)")
+	case f.proxyEnroll:
+		log.Warn("netboot: --proxy-enroll: any host on the boot LAN can enroll as an approved machine that is not live (docs/security.md)")
 	}
 	log.Info("netboot on", "interface", f.iface, "ip", ip, "dhcp", f.dhcpMode, "boot_url", base, "controller_url", controllerURL)
 	return func(ctx context.Context) error {
@@ -263,18 +314,15 @@ func interfaceIPv4(name string) (netip.Addr, error) {
 	return netip.Addr{}, fmt.Errorf("--interface %s has no IPv4 address", name)
 }
 
-// listenCovers reports whether the API listen address already accepts
-// connections on ip (the same address, or a wildcard).
+// listenCovers reports whether the API listen address is a wildcard that
+// also accepts connections on the boot address (--listen on the boot
+// address itself is refused).
 func listenCovers(listen string, ip netip.Addr) bool {
 	host, _, err := net.SplitHostPort(listen)
 	if err != nil {
 		return false
 	}
-	if host == "" || host == "0.0.0.0" || host == "::" {
-		return true
-	}
-	a, err := netip.ParseAddr(host)
-	return err == nil && a.Unmap() == ip
+	return host == "" || host == "0.0.0.0" || host == "::"
 }
 
 // recordCheckin adds the "first check-in" step to the machine's boot
@@ -314,7 +362,7 @@ type netbootMachine struct {
 //	POST /v1/netboot/machines/{mac}/retire
 //	GET  /v1/netboot/machines/{mac}/timeline     the boot timeline
 func registerNetbootAPI(app *fleetApp, inv *fleetInventory, approver *web.InventoryNetboot, log *slog.Logger) {
-	admin := func(h http.HandlerFunc) http.HandlerFunc { return api.AdminOnly(app.adminHash, log, h) }
+	admin := func(h http.HandlerFunc) http.HandlerFunc { return api.AdminOnly(app.adminHash, app.refusals, h) }
 	machine := func(w http.ResponseWriter, r *http.Request) (net.HardwareAddr, bool) {
 		hw, err := inventory.ParseMAC(r.PathValue("mac"))
 		if err != nil {

@@ -41,7 +41,7 @@ func attachWeb(ctx context.Context, app *fleetApp, log *slog.Logger) (func(conte
 		return nil, nil
 	}
 	s := web.New(web.Config{Controller: app.controller, Store: app.store, AdminHash: app.adminHash,
-		Netboot: dashboardNetboot, Log: log, LiveEvery: webFlags.liveEvery})
+		Netboot: dashboardNetboot, Log: log, Refusals: app.refusals, LiveEvery: webFlags.liveEvery})
 	s.Register(app.mux)
 	context.AfterFunc(ctx, s.CloseStreams)
 	log.Info("dashboard at / (log in with the admin token or the dashboard password)")

@@ -29,6 +29,7 @@ import (
 
 	"github.com/discord-pxe/dpxe/appliance"
 	"github.com/discord-pxe/dpxe/fleet/controller"
+	"github.com/discord-pxe/dpxe/fleet/security"
 	"github.com/discord-pxe/dpxe/fleet/store"
 )
 
@@ -55,22 +56,43 @@ type Server struct {
 	c         *controller.Controller
 	adminHash [sha256.Size]byte
 	log       *slog.Logger
+	refusals  *security.Log
 }
 
 // New returns a server for c whose operator endpoints accept the admin
-// token with SHA-256 adminHash.
+// token with SHA-256 adminHash. Refused requests are logged to log,
+// rate-limited (see SetRefusals).
 func New(c *controller.Controller, adminHash [sha256.Size]byte, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{c: c, adminHash: adminHash, log: log}
+	return &Server{c: c, adminHash: adminHash, log: log, refusals: security.New(log)}
 }
 
-// Register mounts the API's routes on mux.
+// SetRefusals makes the server count and log its refused requests in l,
+// which `dpxe serve` shares between its parts (one count per reason for
+// the whole server). Call it before serving.
+func (s *Server) SetRefusals(l *security.Log) { s.refusals = l }
+
+// Register mounts every route of the API on mux: RegisterNode's and
+// RegisterOperator's.
 func (s *Server) Register(mux *http.ServeMux) {
+	s.RegisterNode(mux)
+	s.RegisterOperator(mux)
+}
+
+// RegisterNode mounts what nodes use, and only that: GET /healthz, POST
+// /v1/checkin and POST /v1/identify. `dpxe serve` serves these (and the
+// boot files) on the boot network's listener, which carries no operator
+// endpoint.
+func (s *Server) RegisterNode(mux *http.ServeMux) {
 	mux.HandleFunc("GET /healthz", s.health)
 	mux.HandleFunc("POST /v1/checkin", s.checkin)
 	mux.HandleFunc("POST /v1/identify", s.identify)
+}
+
+// RegisterOperator mounts the operator endpoints (admin token).
+func (s *Server) RegisterOperator(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/route", s.admin(s.route))
 	mux.HandleFunc("GET /v1/nodes", s.admin(s.nodes))
 	mux.HandleFunc("POST /v1/nodes", s.admin(s.addNode))
@@ -92,7 +114,8 @@ func HashToken(tok string) [sha256.Size]byte { return sha256.Sum256([]byte(tok))
 
 // LoadOrCreateAdminToken returns the admin token's hash from st. On first
 // start, or when rotate is set, it creates a token, stores only its hash,
-// and writes the token to file with mode 0600; created reports that.
+// and writes the token to file with mode 0600 (write-then-rename: a
+// symbolic link at file is replaced, not followed); created reports that.
 func LoadOrCreateAdminToken(ctx context.Context, st *store.Store, file string, rotate bool) (hash [sha256.Size]byte, created bool, err error) {
 	v, err := st.Setting(ctx, adminTokenSetting)
 	if rotate && err == nil {
@@ -114,29 +137,60 @@ func LoadOrCreateAdminToken(ctx context.Context, st *store.Store, file string, r
 		return hash, false, err
 	}
 	tok := base64.RawURLEncoding.EncodeToString(raw)
-	if err := os.MkdirAll(filepath.Dir(file), 0o750); err != nil {
-		return hash, false, err
-	}
-	f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
+	if err := writeSecretFile(file, tok+"\n"); err != nil {
 		return hash, false, fmt.Errorf("admin token file: %w", err)
-	}
-	if err := f.Chmod(0o600); err != nil {
-		f.Close()
-		return hash, false, err
-	}
-	if _, err := f.WriteString(tok + "\n"); err != nil {
-		f.Close()
-		return hash, false, err
-	}
-	if err := f.Close(); err != nil {
-		return hash, false, err
 	}
 	hash = HashToken(tok)
 	if err := st.SetSetting(ctx, adminTokenSetting, hex.EncodeToString(hash[:])); err != nil {
 		return hash, false, err
 	}
 	return hash, true, nil
+}
+
+// writeSecretFile puts content in file, mode 0600, without ever opening
+// file itself: it writes a new temporary file beside it (O_CREATE|O_EXCL,
+// which refuses to follow a symbolic link or reuse an existing file),
+// syncs it and renames it over file. A symbolic link planted at file is
+// replaced, never followed, so its target is not truncated (issue 24). The
+// directory is created 0700 when missing.
+func writeSecretFile(file, content string) (err error) {
+	dir := filepath.Dir(file)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(file)+".*.tmp") // O_RDWR|O_CREATE|O_EXCL, 0600
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			os.Remove(tmp)
+		}
+	}()
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
+		return err
+	}
+	if _, err := f.WriteString(content); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, file); err != nil {
+		return err
+	}
+	if d, err := os.Open(dir); err == nil {
+		d.Sync() // the rename itself survives a crash
+		d.Close()
+	}
+	return nil
 }
 
 // bearer returns the token of an "Authorization: Bearer" header.
@@ -151,17 +205,19 @@ func bearer(r *http.Request) string {
 
 // admin wraps an operator handler with the admin-token check.
 func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
-	return AdminOnly(s.adminHash, s.log, h)
+	return AdminOnly(s.adminHash, s.refusals, h)
 }
 
 // AdminOnly wraps h with the operator check: the request must carry the
-// admin token (whose SHA-256 is adminHash) as a bearer token. Other parts
-// of `dpxe serve` (netboot) use it for their operator endpoints.
-func AdminOnly(adminHash [sha256.Size]byte, log *slog.Logger, h http.HandlerFunc) http.HandlerFunc {
+// admin token (whose SHA-256 is adminHash) as a bearer token. A refusal is
+// counted and logged, rate-limited, in refusals (which may be nil). Other
+// parts of `dpxe serve` (netboot, the dashboard) use it for their operator
+// endpoints.
+func AdminOnly(adminHash [sha256.Size]byte, refusals *security.Log, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		got := HashToken(bearer(r))
 		if subtle.ConstantTimeCompare(got[:], adminHash[:]) != 1 {
-			log.Warn("admin request refused", "path", r.URL.Path, "remote", r.RemoteAddr)
+			refusals.Refused(security.AdminToken, security.Source(r.RemoteAddr), "admin request refused", "path", r.URL.Path)
 			writeError(w, http.StatusUnauthorized, "", ErrUnauthorized.Error())
 			return
 		}
@@ -261,14 +317,28 @@ func (s *Server) controllerError(w http.ResponseWriter, r *http.Request, err err
 	}
 }
 
-// authNode checks the node credential of a node request.
-func (s *Server) authNode(w http.ResponseWriter, r *http.Request, nodeID string) bool {
-	err := s.c.Authenticate(r.Context(), nodeID, bearer(r))
+// authNode checks the node credential of a node request. A check-in may
+// redeem the node's pending network enrollment (controller.Enroll).
+func (s *Server) authNode(w http.ResponseWriter, r *http.Request, nodeID string, checkin bool) bool {
+	var err error
+	if checkin {
+		err = s.c.AuthenticateCheckin(r.Context(), nodeID, bearer(r), remoteHost(r))
+	} else {
+		err = s.c.Authenticate(r.Context(), nodeID, bearer(r))
+	}
 	if err == nil {
 		return true
 	}
 	if errors.Is(err, controller.ErrUnknownNode) || errors.Is(err, controller.ErrBadCredential) {
-		s.log.Warn("node request refused", "node", nodeID, "remote", r.RemoteAddr, "reason", err)
+		reason := security.NodeCredential
+		switch {
+		case errors.Is(err, controller.ErrEnrollmentAddress):
+			reason = security.EnrollAddress
+		case errors.Is(err, controller.ErrEnrollmentLive):
+			reason = security.EnrollLive
+		}
+		s.refusals.Refused(reason, security.Source(r.RemoteAddr), "node request refused",
+			"node", nodeID, "path", r.URL.Path, "why", err.Error())
 		writeError(w, http.StatusUnauthorized, "", ErrUnauthorized.Error())
 		return false
 	}
@@ -299,7 +369,7 @@ func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, err)
 		return
 	}
-	if !s.authNode(w, r, req.NodeID) {
+	if !s.authNode(w, r, req.NodeID, true) {
 		return
 	}
 	resp, err := s.c.Checkin(r.Context(), &req, remoteHost(r))
@@ -320,7 +390,7 @@ func (s *Server) identify(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, err)
 		return
 	}
-	if !s.authNode(w, r, req.NodeID) {
+	if !s.authNode(w, r, req.NodeID, false) {
 		return
 	}
 	resp, err := s.c.Identify(r.Context(), req)

@@ -19,7 +19,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -427,40 +426,6 @@ func (c *Controller) OnNodeLive(f func(nodeID, addr string)) {
 	c.mu.Lock()
 	c.onLive = f
 	c.mu.Unlock()
-}
-
-// Authenticate checks a node's credential in constant time. A node added
-// to the store by another process is picked up here.
-func (c *Controller) Authenticate(ctx context.Context, id, cred string) error {
-	c.mu.Lock()
-	n := c.nodes[id]
-	var want [sha256.Size]byte
-	if n != nil {
-		want = n.credHash
-	}
-	c.mu.Unlock()
-	if n == nil {
-		row, err := c.st.Node(ctx, id)
-		if errors.Is(err, store.ErrNotFound) {
-			return ErrUnknownNode
-		}
-		if err != nil {
-			return err
-		}
-		c.mu.Lock()
-		if n = c.nodes[id]; n == nil {
-			n = &node{id: id, createdAt: row.CreatedAt}
-			copy(n.credHash[:], row.CredHash)
-			c.nodes[id] = n
-		}
-		want = n.credHash
-		c.mu.Unlock()
-	}
-	got := HashCredential(cred)
-	if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
-		return ErrBadCredential
-	}
-	return nil
 }
 
 // sweepLocked expires the leases that passed by t (seed 004: a node whose

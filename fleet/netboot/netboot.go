@@ -25,6 +25,7 @@ import (
 	"github.com/discord-pxe/dpxe/fleet/netboot/inventory"
 	"github.com/discord-pxe/dpxe/fleet/netboot/ndp"
 	"github.com/discord-pxe/dpxe/fleet/netboot/tftp"
+	"github.com/discord-pxe/dpxe/fleet/security"
 )
 
 // DefaultIPXEDir is where Debian's ipxe package installs undionly.kpxe,
@@ -69,8 +70,29 @@ type Config struct {
 	IPv6NoRouter bool
 	// ScriptRetry is how long unapproved nodes wait before asking again.
 	ScriptRetry time.Duration
-	Log         *slog.Logger
+	// EnrollUntrusted lets approved machines enroll over the network in
+	// proxy DHCP mode, where this server cannot know which address a MAC
+	// has: within EnrollWindow of this server's proxy answer to a MAC, the
+	// first fetch of its script, from any address, gets its enrollment
+	// credential (`dpxe serve --proxy-enroll`; docs/security.md says what
+	// that costs). Without it, in proxy mode and always without DHCP, an
+	// approved machine's script carries no credential. Authoritative mode
+	// ignores it: there the script goes only to the address just leased.
+	EnrollUntrusted bool
+	// EnrollWindow is how long after this server's DHCP answer (the ACK
+	// in authoritative mode) an approved machine may fetch its script,
+	// once (default DefaultEnrollWindow).
+	EnrollWindow time.Duration
+	// Refusals counts and logs refused requests, rate-limited; nil makes
+	// one over Log.
+	Refusals *security.Log
+	Log      *slog.Logger
 }
+
+// DefaultEnrollWindow is Config.EnrollWindow's default: iPXE fetches its
+// script right after its DHCP exchange, but may first wait ~15 s for IPv6
+// autoconfiguration (see Config.IPv6NoRouter).
+const DefaultEnrollWindow = 60 * time.Second
 
 // Server is the set of netboot services.
 type Server struct {
@@ -119,8 +141,24 @@ func New(ctx context.Context, cfg Config, inv inventory.Inventory, leases invent
 			cfg.Log.Warn("netboot: iPXE binary not available", "file", name, "dir", cfg.IPXEDir, "err", err)
 		}
 	}
+	if cfg.EnrollWindow <= 0 {
+		cfg.EnrollWindow = DefaultEnrollWindow
+	}
+	if cfg.Refusals == nil {
+		cfg.Refusals = security.New(cfg.Log)
+	}
+	tr, off := trustNone, "this server runs no DHCP here, so it cannot tell which machine asks (use --dhcp authoritative, or proxy with --proxy-enroll)"
+	switch {
+	case cfg.DHCP.Mode == dhcp.Authoritative:
+		tr, off = trustLeases, ""
+	case cfg.DHCP.Mode == dhcp.Proxy && cfg.EnrollUntrusted:
+		tr, off = trustEnroll, ""
+	case cfg.DHCP.Mode == dhcp.Proxy:
+		off = "network enrollment is off in proxy DHCP mode, which cannot tell which machine asks (dpxe serve --proxy-enroll turns it on)"
+	}
 	s := &Server{cfg: cfg, log: cfg.Log, roots: roots}
-	s.track = newTracker(inv, cfg.Log)
+	s.track = newTracker(inv, cfg.Log, tr, cfg.EnrollWindow)
+	s.track.refusals = cfg.Refusals
 	if cfg.DHCP.Mode != 0 {
 		if cfg.Interface == "" {
 			roots.Close()
@@ -131,6 +169,12 @@ func New(ctx context.Context, cfg Config, inv inventory.Inventory, leases invent
 		if dc.Boot.HTTPBase == "" {
 			dc.Boot.HTTPBase = cfg.BaseURL
 		}
+		if dc.Refusals == nil {
+			dc.Refusals = cfg.Refusals
+		}
+		if dc.Approved == nil && inv != nil {
+			dc.Approved = approvedBy(inv, cfg.Log)
+		}
 		if s.dhcp, err = dhcp.New(ctx, dc, leases, s.track, cfg.Log); err != nil {
 			roots.Close()
 			return nil, err
@@ -138,12 +182,32 @@ func New(ctx context.Context, cfg Config, inv inventory.Inventory, leases invent
 	}
 	s.http, err = httpboot.New(httpboot.Config{
 		BaseURL: cfg.BaseURL, Controller: cfg.Controller, Roots: roots, Retry: cfg.ScriptRetry,
+		EnrollOff: off, Refusals: cfg.Refusals,
 	}, inv, s.track, cfg.Log)
 	if err != nil {
 		roots.Close()
 		return nil, err
 	}
 	return s, nil
+}
+
+// approvedBy answers dhcp.Config.Approved from the inventory; a failed
+// lookup counts as not approved (a short lease, never a refused boot of a
+// machine whose lease it holds).
+func approvedBy(inv inventory.Inventory, log *slog.Logger) func(context.Context, net.HardwareAddr) bool {
+	var failures atomic.Int64
+	return func(ctx context.Context, mac net.HardwareAddr) bool {
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		n, err := inv.Lookup(ctx, mac)
+		if err != nil && !errors.Is(err, inventory.ErrUnknownMAC) {
+			if failures.Add(1)%1000 == 1 {
+				log.Warn("netboot: inventory lookup for DHCP failed; treating the MAC as unapproved", "mac", mac.String(), "err", err)
+			}
+			return false
+		}
+		return err == nil && n.State == inventory.Approved
+	}
 }
 
 // Register mounts the HTTP boot handler (GET /boot/...) on mux.

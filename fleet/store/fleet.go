@@ -122,17 +122,26 @@ func (s *Store) CreateNode(ctx context.Context, id string, credHash []byte, at t
 	return err
 }
 
-// SetCredential replaces a node's credential hash; ErrNotFound if the node
-// does not exist.
+// SetCredential replaces a node's credential hash and drops its pending
+// network enrollment, if any (the operator's credential is the one that
+// counts); ErrNotFound if the node does not exist.
 func (s *Store) SetCredential(ctx context.Context, id string, credHash []byte) error {
-	res, err := s.db.ExecContext(ctx, `UPDATE nodes SET cred_hash = ? WHERE id = ?`, credHash, id)
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, `UPDATE nodes SET cred_hash = ? WHERE id = ?`, credHash, id)
 	if err != nil {
 		return err
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
 		return fmt.Errorf("node %s: %w", id, ErrNotFound)
 	}
-	return nil
+	if _, err := tx.ExecContext(ctx, `DELETE FROM enrollments WHERE node_id = ?`, id); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
 
 const nodeColumns = `id, cred_hash, created_at, draining, capacity, first_seen, last_seen, lease_deadline,

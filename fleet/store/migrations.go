@@ -26,7 +26,23 @@ var migrations = []migration{
 	// leases). inventory.Migrations is frozen as this migration: a later
 	// change to those tables is a new entry here.
 	{2, "netboot inventory", strings.Join(inventory.Migrations, ";\n") + ";"},
+	{3, "netboot enrollments", schemaV3},
 }
+
+// schemaV3 holds the pending network enrollment of each node (issue 24):
+// the hash of the credential an approved machine's boot script carried,
+// the address the script went to, and until when the first check-in may
+// redeem it. A row is deleted when redeemed; the node's cred_hash is then
+// the enrollment's.
+const schemaV3 = `
+CREATE TABLE enrollments (
+	node_id   TEXT PRIMARY KEY REFERENCES nodes(id) ON DELETE CASCADE,
+	cred_hash BLOB NOT NULL,
+	address   TEXT NOT NULL,
+	issued_at INTEGER NOT NULL,
+	expires   INTEGER NOT NULL
+);
+`
 
 // schemaV1 is the controller's inventory. Times are Unix milliseconds, 0
 // meaning never.

@@ -49,13 +49,24 @@ type Store struct {
 	maxEvents int // audit-log bound, MaxEvents except in tests
 }
 
+// fileMode is the mode of the database and its -wal and -shm files: they
+// hold credential and token hashes and the boot timelines, for this user
+// only. SQLite gives the -wal and -shm files the mode of the database file.
+const fileMode = 0o600
+
 // Open opens (creating if needed) the database at path, with its parent
-// directory, and applies pending migrations.
+// directory (mode 0700 when created), and applies pending migrations. The
+// database file is created with mode 0600, whatever the umask; an existing
+// file, or its -wal and -shm files, readable by group or others (dpxe
+// before 0600) is narrowed to 0600.
 func Open(ctx context.Context, path string) (*Store, error) {
 	if dir := filepath.Dir(path); dir != "" {
-		if err := os.MkdirAll(dir, 0o750); err != nil {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("store: %w", err)
 		}
+	}
+	if err := privateFiles(path); err != nil {
+		return nil, fmt.Errorf("store: %w", err)
 	}
 	q := url.Values{}
 	q.Set("_journal_mode", "WAL")
@@ -75,6 +86,32 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		return nil, fmt.Errorf("store: %s: %w", path, err)
 	}
 	return s, nil
+}
+
+// privateFiles creates the database file with fileMode if it is missing,
+// before SQLite would create it with 0644, and narrows the mode of an
+// existing database, -wal and -shm file to fileMode.
+func privateFiles(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, fileMode)
+	if err != nil {
+		return err
+	}
+	f.Close()
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		fi, err := os.Stat(p)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if fi.Mode().Perm()&^fileMode != 0 {
+			if err := os.Chmod(p, fi.Mode().Perm()&fileMode); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // Close checkpoints the WAL into the main file and closes the database.

@@ -3,8 +3,10 @@ package store
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"reflect"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -149,4 +151,44 @@ func TestEventsAreBounded(t *testing.T) {
 	if len(ev) != 5 || ev[4].ID != 12 || ev[0].ID != 8 {
 		t.Fatalf("kept %d events: %+v", len(ev), ev)
 	}
+}
+
+// TestFilesPrivate: the database and its -wal and -shm files are created
+// 0600 even under a permissive umask (issue 24: they were 0644), and an
+// existing world-readable file is narrowed to 0600 when opened.
+func TestFilesPrivate(t *testing.T) {
+	old := syscall.Umask(0)
+	defer syscall.Umask(old)
+	ctx := context.Background()
+	s, path := openTemp(t)
+	if err := s.SetSetting(ctx, "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string) {
+		t.Helper()
+		for _, p := range []string{path, path + "-wal", path + "-shm"} {
+			fi, err := os.Stat(p)
+			if err != nil {
+				t.Fatalf("%s: %v", when, err)
+			}
+			if fi.Mode().Perm() != 0o600 {
+				t.Errorf("%s: %s has mode %v, want 0600", when, filepath.Base(p), fi.Mode().Perm())
+			}
+		}
+		if fi, _ := os.Stat(filepath.Dir(path)); fi.Mode().Perm() != 0o700 {
+			t.Errorf("%s: directory mode %v, want 0700", when, fi.Mode().Perm())
+		}
+	}
+	check("created")
+	s.Close()
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		os.Chmod(p, 0o644)
+	}
+	s, err := Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.SetSetting(ctx, "k", "w")
+	check("reopened")
 }

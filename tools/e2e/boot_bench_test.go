@@ -9,8 +9,8 @@ import (
 
 	"github.com/discord-pxe/dpxe/appliance"
 	"github.com/discord-pxe/dpxe/image"
+	"github.com/discord-pxe/dpxe/image/qemu"
 	"github.com/discord-pxe/dpxe/kernel"
-	"github.com/discord-pxe/dpxe/tools/qemu"
 )
 
 // BenchmarkBootToSelfTestPass measures, per boot path, the time from QEMU's

@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -15,7 +14,7 @@ import (
 
 	"github.com/discord-pxe/dpxe/appliance"
 	"github.com/discord-pxe/dpxe/image"
-	"github.com/discord-pxe/dpxe/tools/qemu"
+	"github.com/discord-pxe/dpxe/image/qemu"
 )
 
 // bootPath is one way the shard kernel reaches kmain.
@@ -212,18 +211,17 @@ func clipCase(b []byte) string {
 	return string(b)
 }
 
-// writeCaseModule frames cases for the kernel: "DPXECFG1", then for each
-// case a little-endian uint32 length and the bytes.
-func writeCaseModule(t testing.TB, cases [][]byte) string {
+// writeCaseModule frames cases for the kernel (appliance.SelfTestModule:
+// "DPXECFG1", then for each case a little-endian uint32 length and the
+// bytes, then the sections, if any).
+func writeCaseModule(t testing.TB, cases [][]byte, sections ...appliance.ModuleSection) string {
 	t.Helper()
-	var b bytes.Buffer
-	b.WriteString("DPXECFG1")
-	for _, c := range cases {
-		binary.Write(&b, binary.LittleEndian, uint32(len(c)))
-		b.Write(c)
+	b, err := appliance.SelfTestModule{ConfigCases: cases, Sections: sections}.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
 	}
 	p := filepath.Join(t.TempDir(), "cfgcases.bin")
-	if err := os.WriteFile(p, b.Bytes(), 0o644); err != nil {
+	if err := os.WriteFile(p, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return p

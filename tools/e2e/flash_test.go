@@ -13,7 +13,7 @@ import (
 	"github.com/discord-pxe/dpxe/fleet/controller"
 	"github.com/discord-pxe/dpxe/image"
 	"github.com/discord-pxe/dpxe/image/flash"
-	"github.com/discord-pxe/dpxe/tools/qemu"
+	"github.com/discord-pxe/dpxe/image/qemu"
 )
 
 // TestFlashedImageBoots flashes usb.img for a named node with image/flash

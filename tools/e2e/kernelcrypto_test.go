@@ -14,7 +14,7 @@ import (
 
 	"github.com/discord-pxe/dpxe/appliance"
 	"github.com/discord-pxe/dpxe/image"
-	"github.com/discord-pxe/dpxe/tools/qemu"
+	"github.com/discord-pxe/dpxe/image/qemu"
 )
 
 // The cryptography self-tests (cryptotest=1, kernel/selftest/crypto_selftest.inc)

@@ -18,14 +18,17 @@ import (
 
 	"github.com/discord-pxe/dpxe/appliance"
 	"github.com/discord-pxe/dpxe/image"
+	"github.com/discord-pxe/dpxe/image/qemu"
 	"github.com/discord-pxe/dpxe/tools/netns"
-	"github.com/discord-pxe/dpxe/tools/qemu"
 )
 
 // TestKernelTCPSelfTest boots the kernel with selftest=1: the TCP
 // self-tests (sequence comparisons across the wrap, build then parse,
-// malformed segments) must pass, and the "tcpseg" digest over random
-// segments must equal appliance.TCPSegmentDigest.
+// malformed segments, the scripted connections with SACK, window scaling,
+// delayed ACKs and loss recovery) must pass, the "tcpseg" digest over
+// random segments must equal appliance.TCPSegmentDigest, and the "tcpwan"
+// digest over the WAN formulas and random reassemblies
+// appliance.TCPWANDigest.
 func TestKernelTCPSelfTest(t *testing.T) {
 	res := bootSelfTest(t, "tcp-selftest", "", 60*time.Second)
 	fail := t.Errorf
@@ -45,6 +48,17 @@ func TestKernelTCPSelfTest(t *testing.T) {
 	}
 	if want := appliance.TCPSegmentDigest(selfTestSeed); got != want {
 		fail("TCP segment digest (seed %d): kernel %016x, Go %016x", selfTestSeed, got, want)
+	}
+	got, ok = rep.Digests["tcpwan"]
+	if !ok {
+		fail("no \"selftest digest tcpwan\" line: the TCP WAN self-test did not run")
+		return
+	}
+	if want := appliance.TCPWANDigest(selfTestSeed); got != want {
+		fail("TCP WAN digest (seed %d): kernel %016x, Go %016x", selfTestSeed, got, want)
+	}
+	if !strings.Contains(res.Serial, "selftest net tcp connection script done") {
+		fail("the TCP connection scripts did not finish")
 	}
 }
 

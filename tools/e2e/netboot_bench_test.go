@@ -28,7 +28,7 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/dhcpv4/server4"
 
-	"github.com/discord-pxe/dpxe/tools/qemu"
+	"github.com/discord-pxe/dpxe/image/qemu"
 )
 
 const nbBenchClientEnv = "DPXE_NETBOOT_BENCHCLIENT"

@@ -29,8 +29,8 @@ import (
 	"github.com/discord-pxe/dpxe/fleet/netboot"
 	"github.com/discord-pxe/dpxe/fleet/netboot/dhcp"
 	"github.com/discord-pxe/dpxe/fleet/netboot/inventory"
+	"github.com/discord-pxe/dpxe/image/qemu"
 	"github.com/discord-pxe/dpxe/tools/netns"
-	"github.com/discord-pxe/dpxe/tools/qemu"
 )
 
 // nbHelperEnv carries the helper process's configuration (JSON).
@@ -49,7 +49,10 @@ type nbHelperConfig struct {
 	DB         string
 	RetrySec   int
 	TFTPOff    bool // no TFTP listener (a peer serves TFTP)
-	Quiet      bool // log at Info, not Debug (benchmarks)
+	// EnrollUntrusted is netboot.Config.EnrollUntrusted (proxy mode's
+	// opt-in to network enrollment, dpxe serve --proxy-enroll).
+	EnrollUntrusted bool
+	Quiet           bool // log at Info, not Debug (benchmarks)
 	// SlowIPv6 leaves IPv6 router solicitations unanswered, so iPXE
 	// waits ~15 s for IPv6 autoconfiguration (the stock behaviour).
 	SlowIPv6 bool
@@ -105,6 +108,7 @@ func nbRunHelper(hc nbHelperConfig) error {
 		Interface: hc.Interface, ServerIP: netip.MustParseAddr(hc.ServerIP),
 		HTTPAddr: hc.HTTPAddr, BootDir: hc.BootDir, IPXEDir: hc.IPXEDir,
 		Controller: hc.Controller, ScriptRetry: time.Duration(hc.RetrySec) * time.Second, Log: log,
+		EnrollUntrusted: hc.EnrollUntrusted,
 	}
 	if hc.TFTPOff {
 		cfg.TFTPAddr = "off"
@@ -240,7 +244,9 @@ func newNbEnvWith(t testing.TB, mode string, adjust func(*nbHelperConfig)) *nbEn
 	case "authoritative":
 		hc.Mode, hc.Pool = mode, fmt.Sprintf("10.77.%d.100-10.77.%d.199/24", n, n)
 	case "proxy":
-		hc.Mode = mode
+		// The proxy tests boot approved machines: they opt in, as an
+		// operator would with --proxy-enroll.
+		hc.Mode, hc.EnrollUntrusted = mode, true
 	}
 	adjust(&hc)
 	e.startHelper(hc)

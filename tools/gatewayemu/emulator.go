@@ -184,13 +184,21 @@ func (e *Emulator) Serve(ln net.Listener) error {
 }
 
 // setHostLocked fixes the host:port of the URLs from the first listener.
+// A PublicHost without a port takes the listener's port, so a client
+// behind an address translation (QEMU user-mode networking's 10.0.2.2)
+// can be given a listener on port 0.
 func (e *Emulator) setHostLocked(ln net.Listener) {
 	if e.host != "" {
 		return
 	}
 	e.host = ln.Addr().String()
-	if e.opts.PublicHost != "" {
-		e.host = e.opts.PublicHost
+	if ph := e.opts.PublicHost; ph != "" {
+		e.host = ph
+		if _, _, err := net.SplitHostPort(ph); err != nil {
+			if _, port, err := net.SplitHostPort(ln.Addr().String()); err == nil {
+				e.host = net.JoinHostPort(strings.Trim(ph, "[]"), port)
+			}
+		}
 	}
 }
 

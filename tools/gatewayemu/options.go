@@ -109,7 +109,8 @@ type Options struct {
 	// TLS serves https/wss with a CA generated at start instead of http/ws.
 	TLS bool
 	// PublicHost overrides the host:port written into the gateway URLs
-	// (default: the listener's address).
+	// (default: the listener's address). A host without a port keeps the
+	// listener's port.
 	PublicHost string
 	// Logger receives structured logs (default: discard).
 	Logger *slog.Logger

@@ -34,8 +34,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/discord-pxe/dpxe/image/qemu"
 	"github.com/discord-pxe/dpxe/tools/netns"
-	"github.com/discord-pxe/dpxe/tools/qemu"
 )
 
 // Firmware choices for the lab's QEMU nodes.
@@ -582,14 +582,17 @@ func (l *Lab) startNetns(ctx context.Context) error {
 	l.TokenFile = filepath.Join(l.cfg.Var, "admin.token")
 	s := l.cfg.Subnet.Addr().As4()
 	pool := fmt.Sprintf("%d.%d.%d.100-%d.%d.%d.199/24", s[0], s[1], s[2], s[0], s[1], s[2])
-	args := append(l.serveArgs(ip+":8080", "http://"+ip+":7878/api/v10"),
+	// The operator API and dashboard listen on the namespace's loopback
+	// (dpxe serve keeps them off the boot network); nodes use the boot
+	// listener dpxe serve opens on ip:8080.
+	args := append(l.serveArgs("127.0.0.1:8080", "http://"+ip+":7878/api/v10"),
 		"--interface", ns.Bridge, "--dhcp", "authoritative", "--pool", pool, "--router", ip,
 		"--boot-dir", l.cfg.Out, "--ipv6-no-router")
 	serve, err := l.start("dpxe serve", "serve.log", ns.Command, args...)
 	if err != nil {
 		return err
 	}
-	apiFwd.serve(ip+":8080", l.dialer.DialContext)
+	apiFwd.serve("127.0.0.1:8080", l.dialer.DialContext)
 	gwFwd.serve(ip+":7878", l.dialer.DialContext)
 	if err := waitHealthy(ctx, l.URL, serve, filepath.Join(l.cfg.Var, "serve.log")); err != nil {
 		return err

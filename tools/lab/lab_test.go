@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/discord-pxe/dpxe/image/qemu"
 	"github.com/discord-pxe/dpxe/tools/netns"
-	"github.com/discord-pxe/dpxe/tools/qemu"
 )
 
 // repoRoot is the repository root, two levels above this package.

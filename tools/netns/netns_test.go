@@ -66,3 +66,48 @@ func TestNamespaceLifecycle(t *testing.T) {
 		t.Fatalf("second Close: %v", err)
 	}
 }
+
+// TestHosts: two hosts on one namespace's bridge reach the bridge's
+// address and each other over the bridge, with their own MACs.
+func TestHosts(t *testing.T) {
+	if err := Available(); err != nil {
+		t.Skip(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n, err := New(ctx, netip.MustParsePrefix("10.251.0.1/24"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	a, err := n.AddHost(ctx, "02:00:00:fb:00:0a", netip.MustParsePrefix("10.251.0.10/24"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := n.AddHost(ctx, "02:00:00:fb:00:0b", netip.MustParsePrefix("10.251.0.11/24"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, target := range []string{"10.251.0.1", "10.251.0.11"} {
+		if out, err := a.Run(ctx, "busybox", "ping", "-c", "1", "-W", "2", target); err != nil {
+			t.Fatalf("ping %s from a host: %v\n%s", target, err, out)
+		}
+	}
+	if out, _ := b.Run(ctx, "ip", "-br", "link", "show", HostIface); !strings.Contains(out, "02:00:00:fb:00:0b") {
+		t.Fatalf("host MAC: %s", out)
+	}
+	name := b.Name
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	list, _ := exec.Command("ip", "netns", "list").Output()
+	for _, line := range strings.Split(string(list), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && f[0] == name {
+			t.Fatalf("host namespace %s left behind", name)
+		}
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -22,6 +22,7 @@ import (
 	"github.com/insomniacslk/dhcp/iana"
 
 	"github.com/discord-pxe/dpxe/fleet/netboot/inventory"
+	"github.com/discord-pxe/dpxe/fleet/security"
 )
 
 // Mode selects how the server takes part in DHCP.
@@ -85,6 +86,13 @@ var pxeDiscoveryControl = []byte{6, 1, 8, 255}
 // DefaultLeaseTime is the lease length when Config.LeaseTime is zero.
 const DefaultLeaseTime = time.Hour
 
+// DefaultUnapprovedLeaseTime is the lease length of a MAC the inventory
+// does not approve, when Config.UnapprovedLeaseTime is zero: long enough
+// for a machine waiting for approval (its iPXE script asks again every
+// 15 s and runs DHCP again each time), short enough that made-up MACs
+// give their addresses back soon.
+const DefaultUnapprovedLeaseTime = 2 * time.Minute
+
 // Boot names the files each firmware class is sent to.
 type Boot struct {
 	BIOSFile string // TFTP file for option 93 = 0; default undionly.kpxe
@@ -110,18 +118,44 @@ type Config struct {
 	DNS          []netip.Addr
 	LeaseTime    time.Duration         // 0 means DefaultLeaseTime
 	Reservations map[string]netip.Addr // static addresses by MAC (any form ParseMAC accepts)
-	Boot         Boot
+	// Approved reports whether the inventory approves mac. In
+	// authoritative mode a MAC it does not approve (a discovered machine,
+	// a plain DHCP client, a made-up MAC) is leased for
+	// UnapprovedLeaseTime only, and such MACs hold at most MaxUnapproved
+	// addresses (offered or bound) between them, so a flood of made-up
+	// MACs cannot take the addresses approved machines need. Reserved
+	// MACs count as approved. Nil approves every MAC (no cap). It must
+	// be fast: it is asked once per request.
+	Approved            func(ctx context.Context, mac net.HardwareAddr) bool
+	UnapprovedLeaseTime time.Duration // 0 means DefaultUnapprovedLeaseTime
+	MaxUnapproved       int           // 0 means half the pool's addresses (at least 1)
+	Boot                Boot
+	// Refusals counts clients refused for the unapproved cap
+	// (security.DHCPUnapproved) and logs them, rate-limited; nil makes
+	// one over the handler's logger.
+	Refusals *security.Log
 }
 
 // Observer receives what the handler learns, for the boot timeline and for
-// mapping a TFTP or HTTP client address back to its MAC.
+// mapping a TFTP or HTTP client address back to its MAC. Its methods must
+// not block.
+//
+// Only Leased carries an address binding the netboot services may trust:
+// an address this server leased. Nothing a client claims (ciaddr of a
+// port-4011 request, option 50) ever binds an address to a MAC.
 type Observer interface {
-	// Sighting reports a boot client; it must not block.
+	// Sighting reports a boot client.
 	Sighting(inventory.Sighting)
-	// Event reports a timeline step; it must not block.
+	// Event reports a timeline step.
 	Event(inventory.Event)
-	// Address reports that mac uses (or was given) ip.
-	Address(mac net.HardwareAddr, ip netip.Addr)
+	// Leased reports that this server bound ip to mac until the given
+	// time (an ACK in authoritative mode); approved is Config.Approved's
+	// answer for mac.
+	Leased(mac net.HardwareAddr, ip netip.Addr, until time.Time, approved bool)
+	// BootAnswered reports that the boot client mac got boot information
+	// without an address (a proxy offer, a port-4011 answer in proxy
+	// mode): nothing about its address is known.
+	BootAnswered(mac net.HardwareAddr, approved bool)
 }
 
 // Handler answers DHCP requests. It is safe for concurrent use.
@@ -154,6 +188,12 @@ func New(ctx context.Context, cfg Config, store inventory.LeaseStore, obs Observ
 	if cfg.LeaseTime <= 0 {
 		cfg.LeaseTime = DefaultLeaseTime
 	}
+	if cfg.Refusals == nil {
+		cfg.Refusals = security.New(log)
+	}
+	if cfg.UnapprovedLeaseTime <= 0 {
+		cfg.UnapprovedLeaseTime = min(DefaultUnapprovedLeaseTime, cfg.LeaseTime)
+	}
 	h := &Handler{cfg: cfg, obs: obs, log: log, now: time.Now}
 	switch cfg.Mode {
 	case Proxy:
@@ -180,7 +220,11 @@ func New(ctx context.Context, cfg Config, store inventory.LeaseStore, obs Observ
 			taken[ip] = m
 			res[inventory.MACKey(hw)] = ip
 		}
-		h.leases = newLeaseTable(cfg.Pool, cfg.ServerIP, res, store)
+		if cfg.MaxUnapproved <= 0 {
+			cfg.MaxUnapproved = max(cfg.Pool.Size()/2, 1)
+		}
+		h.cfg.MaxUnapproved = cfg.MaxUnapproved
+		h.leases = newLeaseTable(cfg.Pool, cfg.ServerIP, res, store, cfg.MaxUnapproved)
 		if err := h.leases.load(ctx); err != nil {
 			return nil, fmt.Errorf("dhcp: loading leases: %w", err)
 		}
@@ -292,10 +336,10 @@ func (h *Handler) Reply(ctx context.Context, m *dhcpv4.DHCPv4, port int) *dhcpv4
 	}
 	c := h.classify(m)
 	if port == PXEServerPort {
-		return h.replyPXE(m, c)
+		return h.replyPXE(ctx, m, c)
 	}
 	if h.cfg.Mode == Proxy {
-		return h.replyProxy(m, c)
+		return h.replyProxy(ctx, m, c)
 	}
 	return h.replyAuthoritative(ctx, m, c)
 }
@@ -330,15 +374,38 @@ func (h *Handler) record(c client, stage inventory.Stage, detail string, ip neti
 	h.obs.Event(inventory.Event{MAC: c.mac, Stage: stage, Detail: detail, At: now})
 }
 
-func (h *Handler) observeAddress(c client, ip netip.Addr) {
-	if h.obs != nil && ip.IsValid() {
-		h.obs.Address(c.mac, ip)
+// approved asks Config.Approved about c; a reserved MAC is approved.
+func (h *Handler) approved(ctx context.Context, c client) bool {
+	if h.cfg.Approved == nil {
+		return true
+	}
+	if h.leases != nil {
+		if _, ok := h.leases.reserved[c.key]; ok { // set once by New, read-only after
+			return true
+		}
+	}
+	return h.cfg.Approved(ctx, c.mac)
+}
+
+// leaseTime is the lease length for a MAC.
+func (h *Handler) leaseTime(approved bool) time.Duration {
+	if approved {
+		return h.cfg.LeaseTime
+	}
+	return h.cfg.UnapprovedLeaseTime
+}
+
+// bootAnswered tells the observer that boot client c got boot
+// information without an address.
+func (h *Handler) bootAnswered(ctx context.Context, c client) {
+	if h.obs != nil && c.boot {
+		h.obs.BootAnswered(c.mac, h.approved(ctx, c))
 	}
 }
 
 // replyProxy answers a ProxyDHCP DISCOVER on port 67: boot clients only,
 // no address.
-func (h *Handler) replyProxy(m *dhcpv4.DHCPv4, c client) *dhcpv4.DHCPv4 {
+func (h *Handler) replyProxy(ctx context.Context, m *dhcpv4.DHCPv4, c client) *dhcpv4.DHCPv4 {
 	if m.MessageType() != dhcpv4.MessageTypeDiscover || !c.boot || c.class == "" && !c.ipxe {
 		return nil
 	}
@@ -368,11 +435,14 @@ func (h *Handler) replyProxy(m *dhcpv4.DHCPv4, c client) *dhcpv4.DHCPv4 {
 	}
 	r.YourIPAddr = net.IPv4zero
 	h.record(c, inventory.StageDHCPOffer, "proxy file="+c.file, netip.Addr{})
+	h.bootAnswered(ctx, c)
 	return r
 }
 
 // replyPXE answers the PXE boot-server request on port 4011 (both modes).
-func (h *Handler) replyPXE(m *dhcpv4.DHCPv4, c client) *dhcpv4.DHCPv4 {
+// Its ciaddr is what the client claims; it binds nothing (issue 24: one
+// forged request with the victim's ciaddr rebound the victim's address).
+func (h *Handler) replyPXE(ctx context.Context, m *dhcpv4.DHCPv4, c client) *dhcpv4.DHCPv4 {
 	t := m.MessageType()
 	if t != dhcpv4.MessageTypeRequest && t != dhcpv4.MessageTypeInform || !c.boot || c.file == "" {
 		return nil
@@ -388,9 +458,14 @@ func (h *Handler) replyPXE(m *dhcpv4.DHCPv4, c client) *dhcpv4.DHCPv4 {
 		return nil
 	}
 	r.YourIPAddr = net.IPv4zero
-	ip := addr4(m.ClientIPAddr)
-	h.observeAddress(c, ip)
-	h.record(c, inventory.StageDHCPAck, "pxe-4011 file="+c.file, ip)
+	detail := "pxe-4011 file=" + c.file
+	if ip := addr4(m.ClientIPAddr); ip.IsValid() {
+		detail += " ciaddr=" + ip.String() + " (claimed)"
+	}
+	h.record(c, inventory.StageDHCPAck, detail, netip.Addr{})
+	if h.cfg.Mode == Proxy {
+		h.bootAnswered(ctx, c)
+	}
 	return r
 }
 
@@ -404,15 +479,15 @@ func (h *Handler) replyAuthoritative(ctx context.Context, m *dhcpv4.DHCPv4, c cl
 	}
 	switch m.MessageType() {
 	case dhcpv4.MessageTypeDiscover:
-		ip, ok := h.leases.offer(c.key, addr4(m.RequestedIPAddress()), now)
-		if !ok {
-			h.log.Warn("dhcp: pool exhausted", "mac", c.mac.String(), "pool", h.cfg.Pool)
+		approved := h.approved(ctx, c)
+		ip, err := h.leases.offer(c.key, addr4(m.RequestedIPAddress()), now, approved)
+		if err != nil {
+			h.refused(c, err)
 			return nil
 		}
-		r := h.addressReply(m, c, dhcpv4.MessageTypeOffer, ip)
+		r := h.addressReply(m, c, dhcpv4.MessageTypeOffer, ip, h.leaseTime(approved))
 		if r != nil {
-			h.observeAddress(c, ip)
-			h.record(c, inventory.StageDHCPOffer, "ip="+ip.String()+" file="+c.file, ip)
+			h.record(c, inventory.StageDHCPOffer, "ip="+ip.String()+" file="+c.file, netip.Addr{})
 		}
 		return r
 
@@ -428,14 +503,20 @@ func (h *Handler) replyAuthoritative(ctx context.Context, m *dhcpv4.DHCPv4, c cl
 		if !ip.IsValid() {
 			return nil
 		}
-		ok, err := h.leases.bind(ctx, c.key, c.mac, ip, h.cfg.LeaseTime, now)
+		approved := h.approved(ctx, c)
+		d := h.leaseTime(approved)
+		ok, err := h.leases.bind(ctx, c.key, c.mac, ip, d, now, approved)
+		if errors.Is(err, ErrUnapprovedCap) {
+			h.refused(c, err)
+			err, ok = nil, false
+		}
 		if err != nil {
 			// Without a stored lease there is no ACK: the client retries.
 			h.log.Error("dhcp: storing lease failed", "mac", c.mac.String(), "ip", ip, "err", err)
 			return nil
 		}
 		if !ok {
-			h.log.Info("dhcp: NAK", "mac", c.mac.String(), "requested", ip)
+			h.log.Debug("dhcp: NAK", "mac", c.mac.String(), "requested", ip)
 			r, err := dhcpv4.NewReplyFromRequest(m,
 				dhcpv4.WithMessageType(dhcpv4.MessageTypeNak),
 				dhcpv4.WithOption(dhcpv4.OptServerIdentifier(stdIP(h.cfg.ServerIP))))
@@ -444,9 +525,11 @@ func (h *Handler) replyAuthoritative(ctx context.Context, m *dhcpv4.DHCPv4, c cl
 			}
 			return r
 		}
-		r := h.addressReply(m, c, dhcpv4.MessageTypeAck, ip)
+		r := h.addressReply(m, c, dhcpv4.MessageTypeAck, ip, d)
 		if r != nil {
-			h.observeAddress(c, ip)
+			if h.obs != nil {
+				h.obs.Leased(c.mac, ip, now.Add(d), approved)
+			}
 			h.record(c, inventory.StageDHCPAck, "ip="+ip.String()+" file="+c.file, ip)
 		}
 		return r
@@ -473,7 +556,7 @@ func (h *Handler) replyAuthoritative(ctx context.Context, m *dhcpv4.DHCPv4, c cl
 		if !ip.IsValid() {
 			return nil
 		}
-		r := h.addressReply(m, c, dhcpv4.MessageTypeAck, netip.Addr{})
+		r := h.addressReply(m, c, dhcpv4.MessageTypeAck, netip.Addr{}, 0)
 		if r != nil {
 			r.Options.Del(dhcpv4.OptionIPAddressLeaseTime)
 		}
@@ -482,13 +565,29 @@ func (h *Handler) replyAuthoritative(ctx context.Context, m *dhcpv4.DHCPv4, c cl
 	return nil
 }
 
-// addressReply builds an OFFER or ACK giving ip (zero for INFORM).
-func (h *Handler) addressReply(m *dhcpv4.DHCPv4, c client, t dhcpv4.MessageType, ip netip.Addr) *dhcpv4.DHCPv4 {
+// refused counts and logs, rate-limited, that c got no address: the
+// unapproved cap through Config.Refusals (one line a minute for all
+// MACs: made-up MACs are the point of a flood), an exhausted pool once
+// and then every thousandth time.
+func (h *Handler) refused(c client, err error) {
+	if errors.Is(err, ErrUnapprovedCap) {
+		h.cfg.Refusals.Refused(security.DHCPUnapproved, "dhcp", "dhcp: no address for an unapproved MAC: unapproved MACs hold their share of the pool",
+			"mac", c.mac.String(), "cap", h.cfg.MaxUnapproved)
+		return
+	}
+	n := h.leases.refusals.Add(1)
+	if n == 1 || n%1000 == 0 {
+		h.log.Warn("dhcp: no address", "mac", c.mac.String(), "pool", h.cfg.Pool, "reason", err, "refused_so_far", n)
+	}
+}
+
+// addressReply builds an OFFER or ACK giving ip for d (zero ip for INFORM).
+func (h *Handler) addressReply(m *dhcpv4.DHCPv4, c client, t dhcpv4.MessageType, ip netip.Addr, d time.Duration) *dhcpv4.DHCPv4 {
 	mods := []dhcpv4.Modifier{
 		dhcpv4.WithMessageType(t),
 		dhcpv4.WithOption(dhcpv4.OptServerIdentifier(stdIP(h.cfg.ServerIP))),
 		dhcpv4.WithNetmask(net.CIDRMask(h.cfg.Pool.Prefix.Bits(), 32)),
-		dhcpv4.WithLeaseTime(uint32(h.cfg.LeaseTime / time.Second)),
+		dhcpv4.WithLeaseTime(uint32(d / time.Second)),
 		dhcpv4.WithOptionCopied(m, dhcpv4.OptionClientMachineIdentifier),
 	}
 	if ip.IsValid() {

@@ -22,10 +22,11 @@ var serverIP = netip.MustParseAddr("10.9.0.1")
 
 // recorder is an Observer that keeps everything.
 type recorder struct {
-	mu     sync.Mutex
-	events []inventory.Event
-	seen   []inventory.Sighting
-	addrs  map[string]netip.Addr
+	mu       sync.Mutex
+	events   []inventory.Event
+	seen     []inventory.Sighting
+	addrs    map[string]netip.Addr // from Leased only
+	answered map[string]bool       // BootAnswered: MAC → approved
 }
 
 func (r *recorder) Sighting(s inventory.Sighting) {
@@ -38,12 +39,20 @@ func (r *recorder) Event(e inventory.Event) {
 	r.events = append(r.events, e)
 	r.mu.Unlock()
 }
-func (r *recorder) Address(mac net.HardwareAddr, ip netip.Addr) {
+func (r *recorder) Leased(mac net.HardwareAddr, ip netip.Addr, until time.Time, approved bool) {
 	r.mu.Lock()
 	if r.addrs == nil {
 		r.addrs = map[string]netip.Addr{}
 	}
 	r.addrs[mac.String()] = ip
+	r.mu.Unlock()
+}
+func (r *recorder) BootAnswered(mac net.HardwareAddr, approved bool) {
+	r.mu.Lock()
+	if r.answered == nil {
+		r.answered = map[string]bool{}
+	}
+	r.answered[mac.String()] = approved
 	r.mu.Unlock()
 }
 
@@ -373,8 +382,8 @@ func TestProxyMode(t *testing.T) {
 	if ack == nil || ack.MessageType() != dhcpv4.MessageTypeAck || ack.BootFileName != "ipxe.efi" || !ack.YourIPAddr.IsUnspecified() {
 		t.Fatalf("4011 ACK: %v", ack)
 	}
-	if rec.addrs[mac(2).String()] != clientIP {
-		t.Fatalf("4011 request did not map %s to %s: %v", mac(2), clientIP, rec.addrs)
+	if _, bound := rec.addrs[mac(2).String()]; bound || !rec.answered[mac(2).String()] {
+		t.Fatalf("a 4011 request's claimed ciaddr bound an address (%v), or it was not reported as answered (%v)", rec.addrs, rec.answered)
 	}
 	// iPXE gets its script in the proxy offer.
 	off = h.Reply(ctx, msg(t, mac(3), dhcpv4.MessageTypeDiscover, biosIPXE), ServerPort)

@@ -2,9 +2,11 @@ package dhcp
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/discord-pxe/dpxe/fleet/netboot/inventory"
@@ -27,10 +29,20 @@ const (
 )
 
 type leaseEntry struct {
-	mac    string // inventory.MACKey form; "" for declined
-	state  leaseState
-	expiry time.Time
+	mac      string // inventory.MACKey form; "" for declined
+	state    leaseState
+	expiry   time.Time
+	approved bool // the inventory approved mac when it was offered or bound
 }
+
+// Errors of the lease table.
+var (
+	// ErrPoolExhausted: no address of the pool is free.
+	ErrPoolExhausted = errors.New("dhcp: pool exhausted")
+	// ErrUnapprovedCap: the MAC is not approved and unapproved MACs
+	// already hold Config.MaxUnapproved addresses.
+	ErrUnapprovedCap = errors.New("dhcp: unapproved MACs hold their share of the pool")
+)
 
 // leaseTable is the authoritative server's address book. Every method takes
 // the lock, so an address can never be given to two clients: a decision and
@@ -44,11 +56,16 @@ type leaseTable struct {
 	byIP       map[netip.Addr]*leaseEntry
 	byMAC      map[string]netip.Addr
 	store      inventory.LeaseStore
+	// maxUnapproved bounds the live entries (offered or bound) of MACs
+	// that are not approved.
+	maxUnapproved int
+	// refusals counts requests refused for an exhausted pool.
+	refusals atomic.Int64
 }
 
-func newLeaseTable(pool Pool, server netip.Addr, reservations map[string]netip.Addr, store inventory.LeaseStore) *leaseTable {
+func newLeaseTable(pool Pool, server netip.Addr, reservations map[string]netip.Addr, store inventory.LeaseStore, maxUnapproved int) *leaseTable {
 	t := &leaseTable{
-		pool: pool, server: server, store: store,
+		pool: pool, server: server, store: store, maxUnapproved: maxUnapproved,
 		reserved:   map[string]netip.Addr{},
 		reservedBy: map[netip.Addr]string{},
 		byIP:       map[netip.Addr]*leaseEntry{},
@@ -73,7 +90,10 @@ func (t *leaseTable) load(ctx context.Context) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, l := range ls {
-		e := &leaseEntry{state: stateBound, expiry: l.Expiry}
+		// Whether a stored lease's MAC was approved is not stored; it
+		// counts as approved until the client renews (unapproved leases
+		// are short, so this lasts minutes).
+		e := &leaseEntry{state: stateBound, expiry: l.Expiry, approved: true}
 		if l.Declined || l.MAC == nil {
 			e.state = stateDeclined
 		} else {
@@ -100,20 +120,48 @@ func (t *leaseTable) usableBy(ip netip.Addr, mac string, now time.Time) bool {
 	return e == nil || e.mac == mac && e.state != stateDeclined || now.After(e.expiry)
 }
 
+// holdsLocked reports whether mac has a live entry (offered or bound)
+// now. Caller holds mu.
+func (t *leaseTable) holdsLocked(mac string, now time.Time) bool {
+	ip, ok := t.byMAC[mac]
+	if !ok {
+		return false
+	}
+	e := t.byIP[ip]
+	return e != nil && e.mac == mac && e.state != stateDeclined && now.Before(e.expiry)
+}
+
+// capFullLocked reports whether a MAC that is not approved and holds no
+// address may not get one: unapproved MACs hold maxUnapproved live
+// entries. Caller holds mu.
+func (t *leaseTable) capFullLocked(now time.Time) bool {
+	n := 0
+	for _, e := range t.byIP {
+		if !e.approved && e.mac != "" && e.state != stateDeclined && now.Before(e.expiry) {
+			n++
+		}
+	}
+	return n >= t.maxUnapproved
+}
+
 // offer picks an address for mac and sets it aside for OfferHold. It
-// returns false when the pool is exhausted.
-func (t *leaseTable) offer(mac string, requested netip.Addr, now time.Time) (netip.Addr, bool) {
+// returns ErrPoolExhausted, or ErrUnapprovedCap for an unapproved MAC
+// beyond the cap.
+func (t *leaseTable) offer(mac string, requested netip.Addr, now time.Time, approved bool) (netip.Addr, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if _, reserved := t.reserved[mac]; !approved && !reserved && !t.holdsLocked(mac, now) && t.capFullLocked(now) {
+		return netip.Addr{}, ErrUnapprovedCap
+	}
 	ip, ok := t.pick(mac, requested, now)
 	if !ok {
-		return netip.Addr{}, false
+		return netip.Addr{}, ErrPoolExhausted
 	}
 	if e := t.byIP[ip]; e != nil && e.mac == mac && e.state == stateBound && now.Before(e.expiry) {
-		return ip, true // already bound to this client: keep the binding
+		return ip, nil // already bound to this client: keep the binding
 	}
-	t.setEntry(ip, &leaseEntry{mac: mac, state: stateOffered, expiry: now.Add(OfferHold)})
-	return ip, true
+	t.setEntry(ip, &leaseEntry{mac: mac, state: stateOffered, expiry: now.Add(OfferHold), approved: approved})
+	return ip, nil
 }
 
 // pick chooses an address for mac. Caller holds mu.
@@ -155,12 +203,16 @@ func (t *leaseTable) setEntry(ip netip.Addr, e *leaseEntry) {
 }
 
 // bind makes ip mac's lease until now+d and persists it. It returns false
-// when ip may not go to mac (the server answers DHCPNAK).
-func (t *leaseTable) bind(ctx context.Context, mac string, hw net.HardwareAddr, ip netip.Addr, d time.Duration, now time.Time) (bool, error) {
+// when ip may not go to mac (the server answers DHCPNAK), and
+// ErrUnapprovedCap for an unapproved MAC holding nothing beyond the cap.
+func (t *leaseTable) bind(ctx context.Context, mac string, hw net.HardwareAddr, ip netip.Addr, d time.Duration, now time.Time, approved bool) (bool, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if !t.usableBy(ip, mac, now) {
 		return false, nil
+	}
+	if _, reserved := t.reserved[mac]; !approved && !reserved && !t.holdsLocked(mac, now) && t.capFullLocked(now) {
+		return false, ErrUnapprovedCap
 	}
 	// A client holds one address: drop any other binding it had.
 	if old, ok := t.byMAC[mac]; ok && old != ip {
@@ -172,7 +224,7 @@ func (t *leaseTable) bind(ctx context.Context, mac string, hw net.HardwareAddr, 
 			}
 		}
 	}
-	e := &leaseEntry{mac: mac, state: stateBound, expiry: now.Add(d)}
+	e := &leaseEntry{mac: mac, state: stateBound, expiry: now.Add(d), approved: approved}
 	if t.store != nil {
 		if err := t.store.PutLease(ctx, inventory.Lease{IP: ip, MAC: hw, Expiry: e.expiry}); err != nil {
 			return false, err

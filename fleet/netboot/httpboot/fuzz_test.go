@@ -51,6 +51,7 @@ func FuzzServeHTTP(f *testing.F) {
 			return
 		}
 		req.RemoteAddr = "10.0.0.5:1234"
+		req.Host = "10.0.0.1:8080"
 		rec := httptest.NewRecorder()
 		mux.ServeHTTP(rec, req)
 		body := rec.Body.String()

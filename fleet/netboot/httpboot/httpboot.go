@@ -2,7 +2,19 @@
 // node's iPXE script at /boot/<mac>.ipxe and serves the boot files
 // (kernel.bin, iPXE binaries for UEFI HTTP boot) with Content-Length.
 //
-// What a MAC may boot is the inventory's decision; this package only asks.
+// What a MAC may boot is the inventory's decision, and which address may
+// fetch an approved MAC's script (it carries a credential) is the
+// Recorder's; this package asks both and refuses what they refuse
+// (docs/security.md):
+//
+//   - a request whose Host is not the boot address (421): a page in an
+//     operator's browser that rebinds its DNS name to the boot address
+//     cannot read a script;
+//   - an approved MAC's script to an address the Recorder does not let
+//     claim it (403), or without a fresh DHCP exchange (a script that runs
+//     DHCP again);
+//   - a credential for a node that is live: the inventory's Enroll says
+//     so, and the machine gets a script that waits for the lease to lapse.
 package httpboot
 
 import (
@@ -13,6 +25,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strings"
 	"text/template"
 	"time"
@@ -20,6 +33,7 @@ import (
 	"github.com/discord-pxe/dpxe/appliance"
 	"github.com/discord-pxe/dpxe/fleet/netboot/bootfiles"
 	"github.com/discord-pxe/dpxe/fleet/netboot/inventory"
+	"github.com/discord-pxe/dpxe/fleet/security"
 )
 
 // DefaultKernel is the kernel file name in the boot roots.
@@ -28,6 +42,23 @@ const DefaultKernel = "kernel.bin"
 // DefaultRetry is how long a script waits before asking again (unapproved
 // node, failed download).
 const DefaultRetry = 15 * time.Second
+
+// maxLiveWait bounds how long the script of a live node's machine waits
+// before it asks again.
+const maxLiveWait = 5 * time.Minute
+
+// Errors a Recorder's ClaimScript returns.
+var (
+	// ErrNotLeased: the address is not the one this server's DHCP leased
+	// to the MAC (authoritative mode).
+	ErrNotLeased = errors.New("httpboot: address not leased to this MAC")
+	// ErrNoTicket: no DHCP exchange with the MAC recently enough, or its
+	// script was fetched already since.
+	ErrNoTicket = errors.New("httpboot: no fresh DHCP exchange for this script")
+	// ErrEnrollOff: this server does not enroll machines over the network
+	// (proxy DHCP without the operator's opt-in, or no DHCP).
+	ErrEnrollOff = errors.New("httpboot: network enrollment is off")
+)
 
 // Config configures a Handler.
 type Config struct {
@@ -39,25 +70,45 @@ type Config struct {
 	Kernel     string        // default DefaultKernel
 	Retry      time.Duration // default DefaultRetry
 	Roots      *bootfiles.Roots
+	// EnrollOff says, on the console of an approved machine, why this
+	// server does not enroll it over the network (see ErrEnrollOff).
+	EnrollOff string
+	// Refusals counts and logs refused requests, rate-limited; nil logs
+	// to the handler's logger.
+	Refusals *security.Log
 }
 
-// Recorder receives the handler's observations; it must not block.
+// Recorder receives the handler's observations and decides which address
+// may fetch an approved MAC's script. Its methods must not block.
 type Recorder interface {
 	Sighting(inventory.Sighting)
 	Event(inventory.Event)
-	// MACForIP returns the MAC that DHCP last saw at ip, if any.
+	// MACForIP returns the MAC this server bound ip to (its own DHCP
+	// lease, or a claimed script in proxy mode), if any; never what a
+	// client claimed.
 	MACForIP(ip netip.Addr) (net.HardwareAddr, bool)
+	// VerifiesAddresses reports whether every boot client's address is
+	// one this server leased (authoritative DHCP): then a script, even
+	// one without a credential, goes only to the MAC's own address.
+	VerifiesAddresses() bool
+	// ClaimScript decides whether ip may fetch the enrollment script of
+	// the approved MAC mac now, and uses the right up if so: nil, or
+	// ErrNotLeased, ErrNoTicket or ErrEnrollOff (wrapped).
+	ClaimScript(mac net.HardwareAddr, ip netip.Addr) error
 }
 
 // Handler serves /boot/. It is safe for concurrent use.
 type Handler struct {
-	cfg Config
-	inv inventory.Inventory
-	rec Recorder
-	log *slog.Logger
+	cfg      Config
+	inv      inventory.Inventory
+	rec      Recorder
+	log      *slog.Logger
+	host     string // the Host of BaseURL, lower case
+	hostBare string // the same without ":80" when BaseURL has no port
 }
 
-// New returns a Handler. rec may be nil.
+// New returns a Handler. rec may be nil: then no approved machine's script
+// carries a credential (ErrEnrollOff).
 func New(cfg Config, inv inventory.Inventory, rec Recorder, log *slog.Logger) (*Handler, error) {
 	if cfg.Kernel == "" {
 		cfg.Kernel = DefaultKernel
@@ -75,7 +126,21 @@ func New(cfg Config, inv inventory.Inventory, rec Recorder, log *slog.Logger) (*
 	if cfg.Roots == nil {
 		return nil, errors.New("httpboot: no boot roots")
 	}
-	return &Handler{cfg: cfg, inv: inv, rec: rec, log: log}, nil
+	u, err := url.Parse(cfg.BaseURL)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("httpboot: base URL %q has no host", cfg.BaseURL)
+	}
+	if cfg.Refusals == nil {
+		cfg.Refusals = security.New(log)
+	}
+	if cfg.EnrollOff == "" {
+		cfg.EnrollOff = "this server does not enroll machines over the network"
+	}
+	h := &Handler{cfg: cfg, inv: inv, rec: rec, log: log, host: strings.ToLower(u.Host)}
+	if u.Port() == "" {
+		h.hostBare = h.host + ":80"
+	}
+	return h, nil
 }
 
 // Register mounts the handler on mux at GET /boot/.
@@ -86,6 +151,12 @@ func (h *Handler) Register(mux *http.ServeMux) {
 
 // ServeHTTP serves one /boot/ request.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if host := strings.ToLower(r.Host); host != h.host && (h.hostBare == "" || host != h.hostBare) {
+		h.cfg.Refusals.Refused(security.BootHost, security.Source(r.RemoteAddr), "httpboot: request for another host refused",
+			"host", truncate(r.Host, 64), "path", truncate(r.URL.Path, 128))
+		http.Error(w, "this server serves boot files only as "+h.host, http.StatusMisdirectedRequest)
+		return
+	}
 	name := r.PathValue("name")
 	if name == "" {
 		name = strings.TrimPrefix(r.URL.Path, "/boot/")
@@ -104,6 +175,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.serveFile(w, r, name, mac)
 }
 
+// truncate shortens a client-supplied string for a log line.
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
 func remoteIP(r *http.Request) netip.Addr {
 	ap, err := netip.ParseAddrPort(r.RemoteAddr)
 	if err != nil {
@@ -120,8 +199,8 @@ func (h *Handler) event(mac net.HardwareAddr, st inventory.Stage, detail string)
 
 // scriptData feeds the script templates.
 type scriptData struct {
-	MAC, Base, Kernel, ScriptURL, UserClass, Cmdline, NodeID string
-	Retry                                                    int
+	MAC, Base, Kernel, ScriptURL, UserClass, Cmdline, NodeID, Why string
+	Retry                                                         int
 }
 
 // The kernel URL names the MAC in its path, not in a query: iPXE passes
@@ -144,14 +223,45 @@ echo dpxe: booting node {{.NodeID}}
 kernel {{.Base}}/boot/node/{{.MAC}}/{{.Kernel}} {{.Cmdline}}
 boot
 `))
+	// The scripts that ask again run DHCP first: an approved machine's
+	// script goes only to a machine that has just had a DHCP exchange
+	// with this server (its "ticket").
 	waitScript = template.Must(template.New("wait").Parse(`#!ipxe
 # Discord-PXE: {{.MAC}} is not approved
 set user-class {{.UserClass}}
 echo dpxe: this machine ({{.MAC}}) is waiting for approval.
 echo dpxe: on the controller run:  dpxe nodes approve {{.MAC}} --id NAME
+:retry
 echo dpxe: asking again in {{.Retry}} s
 sleep {{.Retry}}
-chain --replace {{.ScriptURL}}
+dhcp || goto retry
+chain --replace {{.ScriptURL}} || goto retry
+`))
+	liveScript = template.Must(template.New("live").Parse(`#!ipxe
+# Discord-PXE: node {{.NodeID}} ({{.MAC}}) is live
+set user-class {{.UserClass}}
+echo dpxe: node {{.NodeID}} is still checking in from its previous boot; a new boot enrolls once its lease lapses.
+echo dpxe: if another machine runs as {{.NodeID}}, this one will not enroll: see the events page (enrollment_refused).
+:retry
+echo dpxe: asking again in {{.Retry}} s
+sleep {{.Retry}}
+dhcp || goto retry
+chain --replace {{.ScriptURL}} || goto retry
+`))
+	againScript = template.Must(template.New("again").Parse(`#!ipxe
+# Discord-PXE: {{.MAC}}: no fresh DHCP exchange
+set user-class {{.UserClass}}
+echo dpxe: this script must follow a DHCP exchange with this server; running DHCP again
+:retry
+sleep 2
+dhcp || goto retry
+chain --replace {{.ScriptURL}} || goto retry
+`))
+	enrollOffScript = template.Must(template.New("enroll-off").Parse(`#!ipxe
+# Discord-PXE: node {{.NodeID}} ({{.MAC}}): network enrollment is off
+echo dpxe: this machine is approved as {{.NodeID}}, but {{.Why}}.
+echo dpxe: boot it from a USB stick made with dpxe flash (see docs/security.md).
+exit 1
 `))
 	retiredScript = template.Must(template.New("retired").Parse(`#!ipxe
 # Discord-PXE: {{.MAC}} is retired
@@ -170,15 +280,7 @@ func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request, macText st
 		return
 	}
 	ip := remoteIP(r)
-	// A script carries the node's credential: refuse it to an address that
-	// DHCP saw belong to a different MAC.
-	if h.rec != nil && ip.IsValid() {
-		if owner, ok := h.rec.MACForIP(ip); ok && owner.String() != mac.String() {
-			h.log.Warn("httpboot: script request from another node's address", "mac", mac.String(), "ip", ip, "owner", owner.String())
-			http.Error(w, "this address belongs to another MAC", http.StatusForbidden)
-			return
-		}
-	}
+	src := security.Source(r.RemoteAddr)
 	ctx := r.Context()
 	node, err := h.inv.Lookup(ctx, mac)
 	if errors.Is(err, inventory.ErrUnknownMAC) {
@@ -188,18 +290,53 @@ func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request, macText st
 		http.Error(w, "inventory unavailable", http.StatusServiceUnavailable)
 		return
 	}
-	if h.rec != nil {
-		h.rec.Sighting(inventory.Sighting{MAC: mac, Firmware: inventory.FirmwareIPXE, IP: ip, At: time.Now()})
-	}
 	d := scriptData{
 		MAC: inventory.MACKey(mac), Base: h.cfg.BaseURL, Kernel: h.cfg.Kernel,
 		ScriptURL: h.cfg.BaseURL + "/boot/" + inventory.MACKey(mac) + ".ipxe",
 		UserClass: UserClass, Retry: int(h.cfg.Retry / time.Second), NodeID: node.ID,
 	}
-	tmpl := waitScript
+	tmpl, detail := waitScript, string(node.State)+" from "+ip.String()
 	switch node.State {
 	case inventory.Approved:
-		bc := appliance.BootConfig{NodeID: node.ID, Controller: h.cfg.Controller, Credential: node.Credential}
+		claim := ErrEnrollOff
+		if h.rec != nil {
+			claim = h.rec.ClaimScript(mac, ip)
+		}
+		switch {
+		case claim == nil:
+		case errors.Is(claim, ErrNotLeased):
+			// Not the machine: nothing on its timeline.
+			h.cfg.Refusals.Refused(security.BootAddress, src, "httpboot: script refused to an address not leased to its MAC",
+				"mac", mac.String(), "node", node.ID)
+			http.Error(w, "this address was not leased to "+mac.String(), http.StatusForbidden)
+			return
+		case errors.Is(claim, ErrNoTicket):
+			h.cfg.Refusals.Refused(security.BootTicket, src, "httpboot: script without a fresh DHCP exchange; asking for one",
+				"mac", mac.String(), "node", node.ID)
+			h.writeScript(w, againScript, d, mac, "refused (no fresh DHCP exchange): asked to run DHCP again, from "+ip.String())
+			return
+		default: // ErrEnrollOff
+			h.cfg.Refusals.Refused(security.BootEnrollOff, src, "httpboot: approved machine asked for its script; network enrollment is off",
+				"mac", mac.String(), "node", node.ID)
+			d.Why = h.cfg.EnrollOff
+			h.writeScript(w, enrollOffScript, d, mac, "refused (network enrollment off) from "+ip.String())
+			return
+		}
+		cred, err := h.inv.Enroll(ctx, node, ip)
+		var live *inventory.LiveError
+		if errors.As(err, &live) {
+			h.cfg.Refusals.Refused(security.EnrollLive, src, "httpboot: enrollment of a live node refused",
+				"mac", mac.String(), "node", node.ID, "lease_left", live.RetryAfter.Round(time.Second).String())
+			d.Retry = int(min(max(live.RetryAfter+time.Second, h.cfg.Retry), maxLiveWait) / time.Second)
+			h.writeScript(w, liveScript, d, mac, "refused (node is live) from "+ip.String())
+			return
+		}
+		if err != nil {
+			h.log.Error("httpboot: enrollment failed", "mac", mac.String(), "node", node.ID, "err", err)
+			http.Error(w, "enrollment failed; retry", http.StatusServiceUnavailable)
+			return
+		}
+		bc := appliance.BootConfig{NodeID: node.ID, Controller: h.cfg.Controller, Credential: cred}
 		d.Cmdline = bc.String()
 		// The kernel applies exactly ParseBootConfig: never send a line it
 		// would reject (it would halt with a config error).
@@ -212,6 +349,25 @@ func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request, macText st
 	case inventory.Retired:
 		tmpl = retiredScript
 	}
+	if node.State != inventory.Approved && h.rec != nil && h.rec.VerifiesAddresses() {
+		// Authoritative mode: even a script without a credential goes
+		// only to the MAC's own leased address, so nobody else can add
+		// machines to the inventory or steps to a timeline.
+		if owner, ok := h.rec.MACForIP(ip); !ok || owner.String() != mac.String() {
+			h.cfg.Refusals.Refused(security.BootAddress, src, "httpboot: script refused to an address not leased to its MAC",
+				"mac", mac.String())
+			http.Error(w, "this address was not leased to "+mac.String(), http.StatusForbidden)
+			return
+		}
+	}
+	if h.rec != nil {
+		h.rec.Sighting(inventory.Sighting{MAC: mac, Firmware: inventory.FirmwareIPXE, IP: ip, At: time.Now()})
+	}
+	h.writeScript(w, tmpl, d, mac, detail)
+}
+
+// writeScript renders one script and records it on mac's timeline.
+func (h *Handler) writeScript(w http.ResponseWriter, tmpl *template.Template, d scriptData, mac net.HardwareAddr, detail string) {
 	var b strings.Builder
 	if err := tmpl.Execute(&b, d); err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -221,7 +377,7 @@ func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request, macText st
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Content-Length", fmt.Sprint(b.Len()))
 	io.WriteString(w, b.String())
-	h.event(mac, inventory.StageScriptFetched, string(node.State)+" from "+ip.String())
+	h.event(mac, inventory.StageScriptFetched, detail)
 }
 
 // countingWriter counts the body bytes written.
@@ -255,11 +411,19 @@ func (h *Handler) serveFile(w http.ResponseWriter, r *http.Request, name string,
 	// ServeContent sets Content-Length (and serves Range requests).
 	w.Header().Set("Content-Type", "application/octet-stream")
 	http.ServeContent(cw, r, "", st.ModTime(), f)
-	if name != h.cfg.Kernel || r.Method != http.MethodGet {
+	if name != h.cfg.Kernel || r.Method != http.MethodGet || h.rec == nil {
 		return
 	}
-	if mac == nil && h.rec != nil {
-		mac, _ = h.rec.MACForIP(remoteIP(r))
+	// The timeline step goes to the MAC bound to the client's address,
+	// and only there: a MAC in the URL is what the client claims.
+	owner, bound := h.rec.MACForIP(remoteIP(r))
+	switch {
+	case !bound:
+		return
+	case mac == nil:
+		mac = owner
+	case owner.String() != mac.String():
+		return
 	}
 	if cw.n == size {
 		h.event(mac, inventory.StageKernelFetched, fmt.Sprintf("%d bytes", size))

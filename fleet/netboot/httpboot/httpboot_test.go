@@ -27,11 +27,40 @@ import (
 	"github.com/discord-pxe/dpxe/fleet/netboot/inventory"
 )
 
+// rec is a Recorder with the tracker's rules in miniature: owners are the
+// bound addresses, tickets the scripts a MAC may fetch once (an invalid
+// address: from anywhere).
 type rec struct {
-	mu     sync.Mutex
-	events []inventory.Event
-	inv    *inventory.SQL
-	owners map[netip.Addr]net.HardwareAddr
+	mu      sync.Mutex
+	events  []inventory.Event
+	inv     *inventory.SQL
+	owners  map[netip.Addr]net.HardwareAddr
+	verify  bool
+	off     bool
+	tickets map[string]netip.Addr
+}
+
+func (r *rec) VerifiesAddresses() bool { return r.verify }
+func (r *rec) ClaimScript(mac net.HardwareAddr, ip netip.Addr) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.off {
+		return ErrEnrollOff
+	}
+	if o, ok := r.owners[ip]; r.verify && (!ok || o.String() != mac.String()) {
+		return ErrNotLeased
+	}
+	t, ok := r.tickets[mac.String()]
+	if !ok || t.IsValid() && t != ip {
+		return ErrNoTicket
+	}
+	delete(r.tickets, mac.String())
+	return nil
+}
+func (r *rec) ticket(mac net.HardwareAddr) {
+	r.mu.Lock()
+	r.tickets[mac.String()] = netip.Addr{}
+	r.mu.Unlock()
 }
 
 func (r *rec) Sighting(s inventory.Sighting) { r.inv.Seen(context.Background(), s) }
@@ -78,7 +107,7 @@ func setup(t *testing.T) (*httptest.Server, *inventory.SQL, *rec, []byte) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { roots.Close() })
-	r := &rec{inv: inv, owners: map[netip.Addr]net.HardwareAddr{}}
+	r := &rec{inv: inv, owners: map[netip.Addr]net.HardwareAddr{}, tickets: map[string]netip.Addr{}}
 	mux := http.NewServeMux()
 	srv := httptest.NewUnstartedServer(mux)
 	srv.Start()
@@ -113,6 +142,7 @@ func TestDiscoveredThenApproved(t *testing.T) {
 	if resp.StatusCode != 200 || !strings.HasPrefix(body, "#!ipxe\n") ||
 		!strings.Contains(body, "dpxe nodes approve 52-54-00-12-34-56 --id NAME") ||
 		!strings.Contains(body, "sleep 5") || !strings.Contains(body, "chain --replace "+scriptURL) ||
+		!strings.Contains(body, "\ndhcp || goto retry\n") ||
 		!strings.Contains(body, "set user-class dpxe") || strings.Contains(body, "kernel ") {
 		t.Fatalf("wait script (%d):\n%s", resp.StatusCode, body)
 	}
@@ -125,11 +155,16 @@ func TestDiscoveredThenApproved(t *testing.T) {
 	if err := inv.Approve(ctx, mac, "edge-01", cred, time.Now()); err != nil {
 		t.Fatal(err)
 	}
+	// Each fetch of an approved script uses a ticket (a DHCP exchange);
+	// the kernel's timeline step needs the address bound to the MAC.
+	r.owners[netip.MustParseAddr("127.0.0.1")] = mac
+	r.ticket(mac)
 	resp, body = get(t, scriptURL)
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Length") == "" {
 		t.Fatalf("boot script: %d %v", resp.StatusCode, resp.Header)
 	}
 	u, _ := url.Parse(scriptURL)
+	r.ticket(mac)
 	img, err := ipxe.ParseConfig(ctx, ulog.Null, u, curl.DefaultSchemes)
 	if err != nil {
 		t.Fatalf("u-root rejects the script: %v\n%s", err, body)
@@ -196,6 +231,7 @@ func TestFilesAndRefusals(t *testing.T) {
 	// Another MAC's script from an address DHCP gave to someone else.
 	other, _ := inventory.ParseMAC("52-54-00-00-00-99")
 	r.owners[netip.MustParseAddr("127.0.0.1")] = other
+	r.verify = true
 	if resp, _ := get(t, srv.URL+"/boot/52-54-00-12-34-56.ipxe"); resp.StatusCode != 403 {
 		t.Fatalf("script served to another node's address: %d", resp.StatusCode)
 	}

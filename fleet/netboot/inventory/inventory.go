@@ -11,6 +11,7 @@ package inventory
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"strings"
@@ -91,16 +92,43 @@ type Lease struct {
 // ErrUnknownMAC is returned by Inventory.Lookup for a MAC never seen.
 var ErrUnknownMAC = errors.New("inventory: unknown MAC")
 
+// ErrDiscoveredFull is returned by Inventory.Seen for a MAC not yet known
+// when the inventory already holds its maximum of discovered machines:
+// the sighting is not recorded (a flood of made-up MACs cannot fill it).
+var ErrDiscoveredFull = errors.New("inventory: too many discovered machines; approve or ignore some")
+
+// LiveError is returned by Inventory.Enroll for a node that is live: a
+// boot script must not take a running node's place. RetryAfter is how
+// long until its lease lapses, when a machine that really rebooted can
+// enroll.
+type LiveError struct {
+	NodeID     string
+	RetryAfter time.Duration
+}
+
+func (e *LiveError) Error() string {
+	return fmt.Sprintf("inventory: node %s is live (its lease runs %s more); enrollment refused", e.NodeID, e.RetryAfter.Round(time.Second))
+}
+
 // Inventory is what the netboot services ask of the fleet. Implementations
 // must be safe for concurrent use and fast: they sit in the DHCP and HTTP
 // request paths.
 type Inventory interface {
-	// Lookup returns the node for mac, or ErrUnknownMAC.
+	// Lookup returns the node for mac, or ErrUnknownMAC. It never mints
+	// a credential.
 	Lookup(ctx context.Context, mac net.HardwareAddr) (Node, error)
+	// Enroll returns the credential the boot script of the approved node
+	// n carries, when that script goes to address to. The fleet's
+	// implementation issues an enrollment credential good only for the
+	// node's first check-in from to, and refuses a node that is live with
+	// a *LiveError; it never revokes a running node's credential.
+	Enroll(ctx context.Context, n Node, to netip.Addr) (string, error)
 	// Seen records that mac was seen; an unknown MAC becomes a Discovered
-	// node with first and last seen set to s.At.
+	// node with first and last seen set to s.At, unless the inventory
+	// holds its maximum of those (ErrDiscoveredFull).
 	Seen(ctx context.Context, s Sighting) error
-	// Record appends e to the boot timeline of e.MAC.
+	// Record appends e to the boot timeline of e.MAC, a MAC the inventory
+	// knows (events of other MACs are dropped).
 	Record(ctx context.Context, e Event) error
 }
 

@@ -46,10 +46,17 @@ var Migrations = []string{
 // pruned so a node stuck in a boot loop cannot fill the disk.
 const MaxEventsPerMAC = 500
 
+// DefaultMaxDiscovered bounds the discovered (not approved, not retired)
+// machines SQL keeps when SQL.MaxDiscovered is zero.
+const DefaultMaxDiscovered = 512
+
 // SQL is the SQLite implementation of Inventory and LeaseStore. It is safe
 // for concurrent use as far as the *sql.DB is.
 type SQL struct {
 	DB *sql.DB
+	// MaxDiscovered bounds the discovered machines kept (default
+	// DefaultMaxDiscovered): beyond it Seen records no new MAC.
+	MaxDiscovered int
 }
 
 // Migrate applies Migrations to db in one transaction. The store does this
@@ -88,6 +95,17 @@ func (s *SQL) Lookup(ctx context.Context, mac net.HardwareAddr) (Node, error) {
 	return n, nil
 }
 
+// Enroll implements Inventory for tools and tests that run the netboot
+// services without a controller: it returns the credential stored with
+// the approval (Approve), and refuses a node approved without one.
+// `dpxe serve` stores none and enrolls through the controller instead.
+func (s *SQL) Enroll(ctx context.Context, n Node, to netip.Addr) (string, error) {
+	if n.Credential == "" {
+		return "", fmt.Errorf("inventory: node %s has no stored credential (only dpxe serve enrolls nodes)", n.ID)
+	}
+	return n.Credential, nil
+}
+
 // Seen implements Inventory.
 func (s *SQL) Seen(ctx context.Context, v Sighting) error {
 	fw := v.Firmware
@@ -98,28 +116,57 @@ func (s *SQL) Seen(ctx context.Context, v Sighting) error {
 	if v.IP.IsValid() {
 		ip = v.IP.String()
 	}
-	_, err := s.DB.ExecContext(ctx, `
-		INSERT INTO netboot_nodes (mac, state, firmware, ip, first_seen, last_seen)
-		VALUES (?, 'discovered', ?, ?, ?, ?)
-		ON CONFLICT (mac) DO UPDATE SET
-			last_seen = excluded.last_seen,
-			firmware  = CASE WHEN excluded.firmware = 'unknown' THEN firmware ELSE excluded.firmware END,
-			ip        = CASE WHEN excluded.ip = '' THEN ip ELSE excluded.ip END`,
-		MACKey(v.MAC), string(fw), ip, ms(v.At), ms(v.At))
+	max := s.MaxDiscovered
+	if max <= 0 {
+		max = DefaultMaxDiscovered
+	}
+	key := MACKey(v.MAC)
+	// A known MAC is updated; a new one is inserted only while the
+	// discovered machines are fewer than max (one statement, so two
+	// sightings cannot both take the last place).
+	r, err := s.DB.ExecContext(ctx, `
+		UPDATE netboot_nodes SET
+			last_seen = ?,
+			firmware  = CASE WHEN ? = 'unknown' THEN firmware ELSE ? END,
+			ip        = CASE WHEN ? = '' THEN ip ELSE ? END
+		WHERE mac = ?`, ms(v.At), string(fw), string(fw), ip, ip, key)
 	if err != nil {
 		return fmt.Errorf("inventory seen %s: %w", v.MAC, err)
+	}
+	if n, _ := r.RowsAffected(); n > 0 {
+		return nil
+	}
+	r, err = s.DB.ExecContext(ctx, `
+		INSERT INTO netboot_nodes (mac, state, firmware, ip, first_seen, last_seen)
+		SELECT ?, 'discovered', ?, ?, ?, ?
+		WHERE (SELECT count(*) FROM netboot_nodes WHERE state = 'discovered') < ?
+		ON CONFLICT (mac) DO NOTHING`,
+		key, string(fw), ip, ms(v.At), ms(v.At), max)
+	if err != nil {
+		return fmt.Errorf("inventory seen %s: %w", v.MAC, err)
+	}
+	if n, _ := r.RowsAffected(); n == 0 {
+		if _, err := s.Lookup(ctx, v.MAC); err == nil {
+			return nil // a concurrent sighting inserted it
+		}
+		return fmt.Errorf("inventory seen %s: %w", v.MAC, ErrDiscoveredFull)
 	}
 	return nil
 }
 
-// Record implements Inventory.
+// Record implements Inventory. Events of a MAC the inventory does not hold
+// are dropped, so made-up MACs cannot grow the timelines.
 func (s *SQL) Record(ctx context.Context, e Event) error {
 	key := MACKey(e.MAC)
-	_, err := s.DB.ExecContext(ctx,
-		`INSERT INTO netboot_events (mac, stage, detail, at) VALUES (?, ?, ?, ?)`,
-		key, string(e.Stage), e.Detail, ms(e.At))
+	r, err := s.DB.ExecContext(ctx,
+		`INSERT INTO netboot_events (mac, stage, detail, at)
+		 SELECT ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM netboot_nodes WHERE mac = ?)`,
+		key, string(e.Stage), e.Detail, ms(e.At), key)
 	if err != nil {
 		return fmt.Errorf("inventory record %s %s: %w", e.MAC, e.Stage, err)
+	}
+	if n, _ := r.RowsAffected(); n == 0 {
+		return nil
 	}
 	_, err = s.DB.ExecContext(ctx, `
 		DELETE FROM netboot_events WHERE mac = ? AND id <= (

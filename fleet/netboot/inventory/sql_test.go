@@ -92,6 +92,9 @@ func TestTimelineOrderAndPruning(t *testing.T) {
 	ctx := context.Background()
 	s := openTestDB(t)
 	mac, _ := net.ParseMAC("52:54:00:aa:bb:03")
+	if err := s.Seen(ctx, Sighting{MAC: mac, At: time.UnixMilli(0)}); err != nil {
+		t.Fatal(err)
+	}
 	stages := []Stage{StageDHCPOffer, StageDHCPAck, StageScriptFetched, StageKernelFetched}
 	for i, st := range stages {
 		if err := s.Record(ctx, Event{MAC: mac, Stage: st, Detail: "d", At: time.UnixMilli(int64(i))}); err != nil {
@@ -174,5 +177,49 @@ func TestParseMAC(t *testing.T) {
 		if c.ok && MACKey(hw) != "52-54-00-12-34-56" {
 			t.Errorf("MACKey = %s", MACKey(hw))
 		}
+	}
+}
+
+// TestDiscoveredCap performs the pool-starvation flood of issue 24 on the
+// inventory: many made-up MACs. The discovered machines stop at the cap
+// (ErrDiscoveredFull), known MACs are still updated, approving one makes
+// room, and timelines of MACs the inventory does not hold are dropped.
+func TestDiscoveredCap(t *testing.T) {
+	ctx := context.Background()
+	s := openTestDB(t)
+	s.MaxDiscovered = 8
+	t0 := time.UnixMilli(1_700_000_000_000)
+	mac := func(i int) net.HardwareAddr { return net.HardwareAddr{0x02, 0, 0, 0, byte(i >> 8), byte(i)} }
+	for i := 0; i < 100; i++ {
+		err := s.Seen(ctx, Sighting{MAC: mac(i), At: t0})
+		if i < 8 && err != nil || i >= 8 && !errors.Is(err, ErrDiscoveredFull) {
+			t.Fatalf("sighting %d: %v", i, err)
+		}
+		s.Record(ctx, Event{MAC: mac(i), Stage: StageDHCPOffer, At: t0})
+	}
+	recs, _ := s.Nodes(ctx)
+	if len(recs) != 8 {
+		t.Fatalf("%d machines recorded, cap 8", len(recs))
+	}
+	var events int
+	s.DB.QueryRow(`SELECT count(*) FROM netboot_events`).Scan(&events)
+	if events != 8 {
+		t.Fatalf("%d timeline events stored for 100 MACs of which 8 are known", events)
+	}
+	if err := s.Seen(ctx, Sighting{MAC: mac(3), IP: netip.MustParseAddr("10.0.0.3"), At: t0.Add(time.Second)}); err != nil {
+		t.Fatalf("a known MAC at the cap: %v", err)
+	}
+	if err := s.Approve(ctx, mac(3), "node-3", "", t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Seen(ctx, Sighting{MAC: mac(50), At: t0}); err != nil {
+		t.Fatalf("after an approval made room: %v", err)
+	}
+	// An approved MAC is not discovered: it never counts toward the cap.
+	if err := s.Approve(ctx, mac(200), "node-200", "", t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Seen(ctx, Sighting{MAC: mac(200), At: t0}); err != nil {
+		t.Fatalf("an approved MAC at the cap: %v", err)
 	}
 }

@@ -51,7 +51,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.SetOutput(stderr)
 	o := &cfg.opts
 	fs.StringVar(&cfg.listen, "listen", DefaultListen, "listen address (host:port; port 0 picks one)")
-	fs.StringVar(&o.PublicHost, "public-host", "", "host:port written into gateway URLs (default: the listen address)")
+	fs.StringVar(&o.PublicHost, "public-host", "", "host:port written into gateway URLs (default: the listen address; a host alone keeps the listen port)")
 	fs.StringVar(&o.Token, "token", gatewayemu.DefaultToken, "the bot token the emulator accepts")
 	fs.IntVar(&o.Shards, "shards", 1, "recommended shard count returned by /gateway/bot")
 	fs.IntVar(&o.ShardMultiple, "shard-multiple", 0, "large-bot mode: num_shards must be a multiple of this (0 = off)")

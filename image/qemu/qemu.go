@@ -1,8 +1,11 @@
-// Package qemu runs the shard kernel and boot images in QEMU for tests and
-// development: it finds the firmware, builds the command line for each boot
-// path, captures the serial console, and maps the isa-debug-exit status.
+// Package qemu runs the shard kernel and boot images in QEMU: it finds the
+// firmware, builds the command line for each boot path, captures the serial
+// console, and maps the isa-debug-exit status. `dpxe smoke` (image/smoke)
+// boots operators' images with it; the end-to-end tests and the lab boot
+// theirs.
 //
-// It is a development tool: product packages never import it.
+// Everything it needs comes from Debian's qemu-system-x86 and ovmf
+// packages; it never needs root, /dev/net/tun or /dev/kvm.
 package qemu
 
 import (
@@ -90,6 +93,10 @@ type Options struct {
 	Until func(serial string) bool
 	// NoKVM forces TCG even when /dev/kvm works.
 	NoKVM bool
+	// Accel chooses the accelerator: "" is the default policy (see
+	// Accelerator), "tcg" forces TCG and "kvm" forces KVM (Run fails with
+	// ErrNoKVM when /dev/kvm is unusable).
+	Accel string
 	// Wrapper runs QEMU through another command, e.g. ["ip","netns","exec","ns"].
 	Wrapper []string
 }
@@ -102,6 +109,7 @@ type Result struct {
 	Stopped  bool          // Options.Until ended the run
 	Elapsed  time.Duration // from start to exit
 	Args     []string      // the command line used
+	Stderr   string        // QEMU's own messages
 }
 
 // Passed reports whether the guest signalled success through isa-debug-exit.
@@ -112,6 +120,9 @@ var ErrNoQEMU = errors.New("qemu-system-x86_64 not found (apt-get install qemu-s
 
 // ErrNoOVMF means the OVMF firmware files are missing.
 var ErrNoOVMF = errors.New("OVMF firmware not found in /usr/share/OVMF (apt-get install ovmf)")
+
+// ErrNoKVM means Options.Accel asks for KVM and /dev/kvm cannot be opened.
+var ErrNoKVM = errors.New("KVM asked for but /dev/kvm cannot be opened for reading and writing")
 
 var (
 	kvmOnce sync.Once
@@ -136,10 +147,17 @@ func KVMUsable() bool {
 // port I/O the kernel does (the serial console) is a slow nested exit, so
 // the SeaBIOS self-test run takes 25 s under KVM against 0.3 s under TCG.
 func useKVM(o Options) bool {
+	switch o.Accel {
+	case "kvm":
+		return true
+	case "tcg":
+		return false
+	}
 	return !o.NoKVM && os.Getenv("DPXE_KVM") == "1" && KVMUsable()
 }
 
-// Accelerator names the accelerator a run with o would use.
+// Accelerator names the accelerator a run with o would use: Options.Accel
+// when set, else TCG unless DPXE_KVM=1 and /dev/kvm works.
 func Accelerator(o Options) string {
 	if useKVM(o) {
 		return "kvm"
@@ -195,8 +213,8 @@ func Args(o Options, workDir string) ([]string, error) {
 			return nil, err
 		}
 		args = append(args,
-			"-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+ovmfCode,
-			"-drive", "if=pflash,format=raw,unit=1,file="+vars)
+			"-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+optValue(ovmfCode),
+			"-drive", "if=pflash,format=raw,unit=1,file="+optValue(vars))
 	}
 	if o.Kernel != "" {
 		args = append(args, "-kernel", o.Kernel)
@@ -226,11 +244,11 @@ func Args(o Options, workDir string) ([]string, error) {
 				usb = true
 			}
 			args = append(args,
-				"-drive", fmt.Sprintf("if=none,id=%s,format=raw,file=%s%s", id, d.Path, snap),
+				"-drive", fmt.Sprintf("if=none,id=%s,format=raw,file=%s%s", id, optValue(d.Path), snap),
 				"-device", fmt.Sprintf("usb-storage,bus=xhci.0,drive=%s,bootindex=%d", id, i))
 		} else {
 			args = append(args,
-				"-drive", fmt.Sprintf("if=none,id=%s,format=raw,file=%s%s", id, d.Path, snap),
+				"-drive", fmt.Sprintf("if=none,id=%s,format=raw,file=%s%s", id, optValue(d.Path), snap),
 				"-device", fmt.Sprintf("ide-hd,drive=%s,bootindex=%d", id, i))
 		}
 	}
@@ -242,11 +260,24 @@ func Args(o Options, workDir string) ([]string, error) {
 	return args, nil
 }
 
+// optValue escapes a value inside a QEMU option list, where ',' separates
+// options and ",," stands for a comma.
+func optValue(v string) string { return strings.ReplaceAll(v, ",", ",,") }
+
 // Run boots the machine described by o and waits until QEMU exits, the
 // timeout passes, or ctx ends. The serial console is returned in full.
 func Run(ctx context.Context, o Options) (*Result, error) {
 	if err := Available(o.Firmware); err != nil {
 		return nil, err
+	}
+	switch o.Accel {
+	case "", "tcg":
+	case "kvm":
+		if !KVMUsable() {
+			return nil, ErrNoKVM
+		}
+	default:
+		return nil, fmt.Errorf("qemu: accelerator %q: want tcg or kvm", o.Accel)
 	}
 	work, err := os.MkdirTemp("", "dpxe-qemu-")
 	if err != nil {
@@ -304,7 +335,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	cmd.Stderr = &stderr
 	start := time.Now()
 	err = cmd.Run()
-	res := &Result{Elapsed: time.Since(start), Args: argv}
+	res := &Result{Elapsed: time.Since(start), Args: argv, Stderr: stderr.String()}
 	mu.Lock()
 	res.Serial = serial.String()
 	wasStopped := stopped
