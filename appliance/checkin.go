@@ -76,6 +76,19 @@ type ShardStatus struct {
 	SessionID string `json:"session_id,omitempty"` // ValidateSessionID
 	Seq       uint32 `json:"seq,omitempty"`        // last sequence; the kernel keeps 32 bits
 	ResumeURL string `json:"resume_url,omitempty"` // the Gateway URL grammar, at most MaxDialURLLen bytes (a dial URL)
+	// PingMS is the time from the shard's last heartbeat to its ACK, in
+	// milliseconds with microsecond resolution (what Discord libraries call
+	// ping); PingAvgMS and PingMaxMS are the mean and the largest of the
+	// last PingWindow. All three are absent before the first ACK, and at
+	// most MaxPingMS (ping.go).
+	PingMS    float64 `json:"ping_ms,omitempty"`
+	PingAvgMS float64 `json:"ping_avg_ms,omitempty"`
+	PingMaxMS float64 `json:"ping_max_ms,omitempty"`
+	// AckSlow: the shard's last ACK took, or the one it awaits is taking,
+	// longer than AckBoundMS. A shard is flagged so before the zombie rule
+	// (an ACK still missing when the next heartbeat is due) ends its
+	// connection.
+	AckSlow bool `json:"ack_slow,omitempty"`
 }
 
 // CheckinRequest is the body of POST /v1/checkin (seed 004 plus DESIGN §5).
@@ -341,6 +354,14 @@ func (s *ShardStatus) validate() *FieldError {
 	for i := 0; i < len(s.LastError); i++ {
 		if b := s.LastError[i]; b < 0x20 || b > 0x7e {
 			return &FieldError{Field: "last_error", Reason: fmt.Sprintf("byte 0x%02x at position %d is not printable ASCII", b, i)}
+		}
+	}
+	for _, p := range []struct {
+		name string
+		v    float64
+	}{{"ping_ms", s.PingMS}, {"ping_avg_ms", s.PingAvgMS}, {"ping_max_ms", s.PingMaxMS}} {
+		if !(p.v >= 0 && p.v <= MaxPingMS) { // NaN fails too
+			return &FieldError{Field: p.name, Reason: fmt.Sprintf("%v is not in 0..%v ms", p.v, MaxPingMS)}
 		}
 	}
 	if s.CloseCode != 0 && (s.CloseCode < minCloseCode || s.CloseCode > maxCloseCode) {

@@ -22,13 +22,17 @@ func TestParseCheckinRequest(t *testing.T) {
 	}
 	full := `{"node_id":"n.1_a","capacity":4,"generation":7,"shards":[
 	 {"id":0,"state":"READY","seq_valid":true,"heartbeat_acks":10,"heartbeat_misses":1,"reconnects":2,"last_error":"tls: alert 40","close_code":4000},
-	 {"id":131071,"state":"FATAL","close_code":4014}]}`
+	 {"id":131071,"state":"FATAL","close_code":4014},
+	 {"id":7,"state":"READY","ping_ms":12.345,"ping_avg_ms":10.5,"ping_max_ms":4294967.295,"ack_slow":true}]}`
 	got, err = ParseCheckinRequest([]byte(full))
 	if err != nil {
 		t.Fatalf("full example: %v", err)
 	}
-	if got.Generation != 7 || len(got.Shards) != 2 || got.Shards[0].LastError != "tls: alert 40" || got.Shards[1].State != ShardFatal {
+	if got.Generation != 7 || len(got.Shards) != 3 || got.Shards[0].LastError != "tls: alert 40" || got.Shards[1].State != ShardFatal {
 		t.Fatalf("full example decoded as %+v", got)
+	}
+	if p := got.Shards[2]; p.PingMS != 12.345 || p.PingAvgMS != 10.5 || p.PingMaxMS != MaxPingMS || !p.AckSlow {
+		t.Fatalf("pings decoded as %+v", p)
 	}
 
 	// A node that rebooted with a smaller capacity reports what its last
@@ -76,6 +80,11 @@ func TestParseCheckinRequest(t *testing.T) {
 		{"seq over 32 bits", `{"node_id":"a","capacity":1,"shards":[{"id":1,"state":"READY","seq":4294967296}]}`, "seq"},
 		{"resume wss", `{"node_id":"a","capacity":1,"shards":[{"id":1,"state":"READY","session_id":"s","resume_url":"wss://gateway.discord.gg"}]}`, "shards[0].resume_url"},
 		{"resume http", `{"node_id":"a","capacity":1,"shards":[{"id":1,"state":"READY","session_id":"s","resume_url":"http://h/"}]}`, "shards[0].resume_url"},
+		{"ping negative", `{"node_id":"a","capacity":1,"shards":[{"id":1,"state":"READY","ping_ms":-0.001}]}`, "shards[0].ping_ms"},
+		{"ping over 32 bits of µs", `{"node_id":"a","capacity":1,"shards":[{"id":1,"state":"READY","ping_avg_ms":4294967.296}]}`, "shards[0].ping_avg_ms"},
+		{"ping max huge", `{"node_id":"a","capacity":1,"shards":[{"id":1,"state":"READY","ping_max_ms":1e300}]}`, "shards[0].ping_max_ms"},
+		{"ping string", `{"node_id":"a","capacity":1,"shards":[{"id":1,"state":"READY","ping_ms":"1"}]}`, "ping_ms"},
+		{"ack_slow number", `{"node_id":"a","capacity":1,"shards":[{"id":1,"state":"READY","ack_slow":1}]}`, "ack_slow"},
 		{"resume long", `{"node_id":"a","capacity":1,"shards":[{"id":1,"state":"READY","session_id":"s","resume_url":"ws://h/` + strings.Repeat("p", MaxDialURLLen-6) + `"}]}`, "shards[0].resume_url"},
 	}
 	for _, c := range bad {

@@ -51,6 +51,7 @@ const (
 	FlagLeaseStopped uint32 = 1 << 4 // stopped because the node's lease lapsed
 	FlagPending      uint32 = 1 << 5 // assigned, but the previous owner has not released it
 	FlagHeld         uint32 = 1 << 6 // assigned, but beyond the node's capacity: not started (CapacityCut)
+	FlagAckSlow      uint32 = 1 << 7 // the heartbeat ACK came, or is overdue, later than AckBoundMS
 )
 
 // Runtime constants from the seeds.
@@ -92,6 +93,11 @@ type ShardContext struct {
 	ReconnectDeadline uint64  `kernel:"reconnect_deadline"`
 	SessionGeneration uint64  `kernel:"session_generation"`
 	Session           Session `kernel:"session"`
+	// The heartbeat-to-ACK latency (ping.go): the last one and the last
+	// PingWindow, in microseconds, and how many were measured on the slot.
+	PingLastMicros uint32             `kernel:"ping_last_us"`
+	PingCount      uint32             `kernel:"ping_count"`
+	PingRing       [PingWindow]uint32 `kernel:"ping_ring"`
 }
 
 // LayoutField is one field of a kernel structure.
@@ -225,7 +231,7 @@ func (r *ShardRuntime) ExpireLease() {
 const SelfTestCases = 4096
 
 // SelfTestFormulas names the digests in the order the kernel prints them.
-var SelfTestFormulas = []string{"bucket", "heartbeat", "ack", "ready", "backoff", "resume", "lease", "route", "grant", "capacity"}
+var SelfTestFormulas = []string{"bucket", "heartbeat", "ack", "ready", "backoff", "resume", "lease", "route", "grant", "capacity", "ping", "budget"}
 
 // splitmix64 is the PRNG both sides implement (Steele, Lea, Flood 2014).
 type splitmix64 struct{ state uint64 }
@@ -374,6 +380,55 @@ func SelfTestDigests(seed uint32) map[string]uint64 {
 		for _, k := range kinds {
 			d.add(uint64(k))
 		}
+	})
+	run("ping", func(d *digest) {
+		r1, r2, r3, r4 := rng.next(), rng.next(), rng.next(), rng.next()
+		s := ShardContext{HeartbeatMillis: uint32(r1) >> ((r1 >> 32) & 31), Flags: uint32(r2), PingCount: uint32(r2>>32) % 20}
+		for j := range s.PingRing {
+			s.PingRing[j] = uint32(rng.next())
+		}
+		s.HeartbeatSent = r1
+		var perMS uint64
+		if r4&3 != 0 {
+			perMS = r4 >> 40
+		}
+		now := r1 + r3>>((r3>>6)&63)
+		flagged := s.CheckAckOverdue(now, perMS)
+		s.NotePing(r3>>(r3&63), perMS)
+		mean, most := s.PingSummary()
+		d.add(b2u(flagged))
+		d.add32(s.Flags)
+		d.add32(s.PingLastMicros)
+		d.add32(s.PingCount)
+		d.add32(mean)
+		d.add32(most)
+	})
+	run("budget", func(d *digest) {
+		r1, r2 := rng.next(), rng.next()
+		var l SendLog
+		interval := uint32(r1) % 70000
+		var perMS uint64
+		if (r1>>32)&3 != 0 {
+			perMS = 1_000_000 + (r1>>40)&0xFFFFF
+		}
+		now := r2 >> 8
+		for n := (r1 >> 17) % 160; n > 0; n-- {
+			e := rng.next()
+			now += ((e >> 33) & 0x7FFFFFFF) >> ((e >> 2) & 15)
+			if e&3 == 0 { // a heartbeat: always sent
+				l.Note(now)
+				continue
+			}
+			ok, wait := l.Allows(now, perMS, interval)
+			d.add(b2u(ok))
+			d.add(wait)
+			if ok {
+				l.Note(now)
+			}
+		}
+		d.add32(l.Count)
+		d.add32(l.Head)
+		d.add32(l.InWindow(now, perMS))
 	})
 	return out
 }

@@ -172,6 +172,7 @@ func checkCkstShards(t *testing.T, r appliance.CheckinRequest, src fs.FS) {
 			want.State, want.SeqValid = appliance.ShardStarting, false
 			want.HeartbeatAcks, want.HeartbeatMisses, want.Reconnects = math.MaxUint32, math.MaxUint32, math.MaxUint32
 			want.CloseCode, want.LastError = ckstCloseCode, why
+			want.PingMS, want.PingAvgMS, want.PingMaxMS, want.AckSlow = appliance.MaxPingMS, appliance.MaxPingMS, appliance.MaxPingMS, true
 		} else {
 			j := i - ckstSlots
 			want.State, want.SeqValid = appliance.ShardAssigned, true

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/discord-pxe/dpxe/appliance"
+	"github.com/discord-pxe/dpxe/fleet/controller"
+	"github.com/discord-pxe/dpxe/fleet/store"
 	"github.com/discord-pxe/dpxe/tools/gatewayemu"
 )
 
@@ -150,7 +152,8 @@ func (p *labProxy) heldAnswer() (heldGrant, bool) {
 // proxy between the node and `dpxe serve` holds the first granted Identify
 // claim answer for longer than the grant may be used (use_within_ms, 250 ms
 // when the answer has none). The node must discard it and say so, claim
-// again (the controller refuses with bucket_busy until its window is over),
+// again with unused_grant (the controller logs identify_unused and refuses
+// with bucket_busy until its window is over),
 // then Identify on a fresh grant and reach READY; each shard identifies
 // once, nothing identifies while the late grant is in the air, and the
 // emulator records no violation (no early Identify of a bucket).
@@ -228,6 +231,23 @@ func TestKernelGatewayLateGrant(t *testing.T) {
 			t.Logf("shard %d: late grant answered %v, passed on %v later; Identify %v after the first grant, on grant %d",
 				held.shard, held.answered.Format("15:04:05.000"), held.hold, r.Time.Sub(heldGrants[0]).Round(time.Millisecond), len(heldGrants))
 		}
+	}
+	// The claim after the discarded grant said so (unused_grant): the
+	// controller logged one identify_unused for the shard.
+	var unused struct {
+		Events []store.Event `json:"events"`
+	}
+	if err := l.adminGet("/v1/events?kind="+controller.EventIdentifyUnused+"&limit=100", &unused); err != nil {
+		t.Fatal(err)
+	}
+	reported := 0
+	for _, e := range unused.Events {
+		if e.ShardID != nil && *e.ShardID == held.shard {
+			reported++
+		}
+	}
+	if reported != 1 {
+		t.Errorf("%d identify_unused events for shard %d, want 1 (the claim after the late grant says unused_grant)", reported, held.shard)
 	}
 	if re := regexp.MustCompile(`late_grants=1 `); n.serial.waitFor(re, 12*time.Second) == nil {
 		t.Error("the node line does not count one late grant (late_grants=1)")

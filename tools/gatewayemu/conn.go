@@ -318,7 +318,9 @@ func (c *conn) heartbeat(d json.RawMessage) {
 		}
 	}
 	now := e.opts.Now()
-	if c.heartbeats.Add(1) == 1 {
+	received := time.Now()
+	n := c.heartbeats.Add(1)
+	if n == 1 {
 		if hello := c.helloAt.Load(); hello != 0 {
 			after := time.Duration(time.Now().UnixNano() - hello)
 			e.mu.Lock()
@@ -331,16 +333,40 @@ func (c *conn) heartbeat(d json.RawMessage) {
 	dl := e.opts.HeartbeatInterval + e.opts.HeartbeatGrace
 	c.hbDeadline.Store(time.Now().Add(dl).UnixNano())
 	c.hbTimer.Reset(dl)
-	if e.noAckCount.Load() > 0 { // a stop_ack fault is active somewhere
+	shard, rec, suppressed := -1, -1, false
+	if e.opts.RecordHeartbeats || e.opts.AckDelay != nil || e.noAckCount.Load() > 0 {
+		// (only then: the common case takes no lock per heartbeat)
 		e.mu.Lock()
-		suppressed := c.shard != nil && e.noAck[c.shard[0]]
+		if c.shard != nil {
+			shard = c.shard[0]
+		}
+		if e.opts.RecordHeartbeats {
+			rec = len(e.beats)
+			e.beats = append(e.beats, HeartbeatRecord{Conn: c.id, Shard: shard, N: int(n), Received: received})
+		}
+		suppressed = e.noAckCount.Load() > 0 && c.shard != nil && e.noAck[c.shard[0]] // a stop_ack fault
 		e.mu.Unlock()
-		if suppressed {
+	}
+	if suppressed {
+		return
+	}
+	e.counters.acks.Add(1)
+	ack := func() {
+		c.write(ackFrame, false)
+		if rec >= 0 {
+			t := time.Now()
+			e.mu.Lock()
+			e.beats[rec].Acked = t
+			e.mu.Unlock()
+		}
+	}
+	if e.opts.AckDelay != nil {
+		if d := e.opts.AckDelay(shard, int(n)); d > 0 {
+			time.AfterFunc(d, ack) // the read loop goes on
 			return
 		}
 	}
-	e.counters.acks.Add(1)
-	c.write(ackFrame, false)
+	ack()
 }
 
 // ackFrame is the constant Heartbeat ACK payload.

@@ -73,6 +73,7 @@ type Emulator struct {
 	resumeUnavailable int
 	identifies        []IdentifyRecord
 	firstBeats        []FirstHeartbeat
+	beats             []HeartbeatRecord // with Options.RecordHeartbeats
 	violations        []Violation
 	changed           chan struct{} // closed and replaced on every record change
 	closed            bool
@@ -331,6 +332,14 @@ func (e *Emulator) FirstHeartbeats() []FirstHeartbeat {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return append([]FirstHeartbeat(nil), e.firstBeats...)
+}
+
+// Heartbeats returns every heartbeat received and its ACK, oldest first,
+// when Options.RecordHeartbeats is set (nil otherwise).
+func (e *Emulator) Heartbeats() []HeartbeatRecord {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]HeartbeatRecord(nil), e.beats...)
 }
 
 // Sessions returns every live or resumable session, sorted by shard then ID.

@@ -93,6 +93,14 @@ type Options struct {
 	// ReconnectGrace is how long after an injected op 7 the emulator closes
 	// the connection itself (default 5 s).
 	ReconnectGrace time.Duration
+	// AckDelay, if set, is how long the emulator holds the ACK of the n-th
+	// heartbeat (from 1) of a connection of shard shard (-1 before
+	// Identify), as a distant or loaded Gateway would; the connection is
+	// read on meanwhile. 0 or less: at once.
+	AckDelay func(shard, n int) time.Duration
+	// RecordHeartbeats keeps every heartbeat's arrival and the writing of
+	// its ACK (Emulator.Heartbeats), to compare a client's ping with.
+	RecordHeartbeats bool
 	// AllowUnknownFields accepts unknown top-level fields in Identify and
 	// Resume `d` instead of closing with 4001.
 	AllowUnknownFields bool

@@ -362,6 +362,43 @@ func TestHeartbeat(t *testing.T) {
 	c.expectClose(CloseUnknownOpcode)
 }
 
+// TestHeartbeatRecordAckDelay: with AckDelay the ACK of each heartbeat is
+// held as asked (the connection is read on meanwhile), and with
+// RecordHeartbeats each heartbeat's arrival and ACK are kept.
+func TestHeartbeatRecordAckDelay(t *testing.T) {
+	t.Parallel()
+	o := fastOptions()
+	o.RecordHeartbeats = true
+	o.AckDelay = func(shard, n int) time.Duration { return time.Duration(n*40) * time.Millisecond }
+	emu := startEmu(t, o)
+	c := connect(t, emu)
+	c.identify(emu, 0, 1)
+	for i := 1; i <= 3; i++ {
+		sent := time.Now()
+		c.send(OpHeartbeat, c.lastS)
+		c.expectOp(OpHeartbeatACK)
+		if took, want := time.Since(sent), time.Duration(i*40)*time.Millisecond; took < want {
+			t.Errorf("heartbeat %d: ACK after %v, held for %v", i, took, want)
+		}
+	}
+	beats := emu.Heartbeats()
+	// The last ACK's time is noted once its write returned, which may be
+	// just after the client read it.
+	for deadline := time.Now().Add(testTimeout); len(beats) == 3 && beats[2].Acked.IsZero() && time.Now().Before(deadline); beats = emu.Heartbeats() {
+		time.Sleep(time.Millisecond)
+	}
+	if len(beats) != 3 {
+		t.Fatalf("%d heartbeat records, want 3: %+v", len(beats), beats)
+	}
+	for i, b := range beats {
+		held := b.Acked.Sub(b.Received)
+		if b.Shard != 0 || b.N != i+1 || held < time.Duration(b.N*40)*time.Millisecond || held > time.Duration(b.N*40)*time.Millisecond+time.Second {
+			t.Errorf("record %d: %+v (held %v)", i, b, held)
+		}
+	}
+	noViolations(t, emu)
+}
+
 func TestServerHeartbeatRequest(t *testing.T) {
 	t.Parallel()
 	o := fastOptions()

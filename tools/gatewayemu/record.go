@@ -156,6 +156,20 @@ type FirstHeartbeat struct {
 	Interval time.Duration `json:"interval"` // heartbeat_interval sent in Hello
 }
 
+// HeartbeatRecord is one client heartbeat and its ACK, as the emulator saw
+// them (Options.RecordHeartbeats). Acked minus Received is the emulator's
+// share of the client's ping: what the client measures should be that plus
+// the network's round trip.
+type HeartbeatRecord struct {
+	Conn     uint64    `json:"conn"`
+	Shard    int       `json:"shard"` // -1 before Identify
+	N        int       `json:"n"`     // the connection's n-th heartbeat, from 1
+	Received time.Time `json:"received"`
+	// Acked is when the ACK was handed to the connection (the write
+	// returned); zero while it is held or when a stop_ack fault ate it.
+	Acked time.Time `json:"acked"`
+}
+
 // SessionStartLimit mirrors /gateway/bot's session_start_limit.
 type SessionStartLimit struct {
 	Total          int   `json:"total"`
