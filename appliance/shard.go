@@ -231,7 +231,7 @@ func (r *ShardRuntime) ExpireLease() {
 const SelfTestCases = 4096
 
 // SelfTestFormulas names the digests in the order the kernel prints them.
-var SelfTestFormulas = []string{"bucket", "heartbeat", "ack", "ready", "backoff", "resume", "lease", "route", "grant", "capacity", "ping", "budget"}
+var SelfTestFormulas = []string{"bucket", "heartbeat", "ack", "ready", "backoff", "resume", "lease", "route", "grant", "capacity", "ping", "budget", "tsccal"}
 
 // splitmix64 is the PRNG both sides implement (Steele, Lea, Flood 2014).
 type splitmix64 struct{ state uint64 }
@@ -429,6 +429,20 @@ func SelfTestDigests(seed uint32) map[string]uint64 {
 		d.add32(l.Count)
 		d.add32(l.Head)
 		d.add32(l.InWindow(now, perMS))
+	})
+	run("tsccal", func(d *digest) {
+		r1, r2, r3 := rng.next(), rng.next(), rng.next()
+		span := r1 >> (r3 & 63)
+		ticks := (r2 & 0xFFFFF) >> ((r3 >> 6) & 15)
+		brackets := (r2 >> 20) >> ((r3 >> 12) & 63)
+		num, den := uint64(FemtosecondsPerMS), (r3>>19)&0x7FFFFFF // an HPET
+		if (r3>>18)&1 != 0 {
+			num, den = PITHz, 1000 // the PIT
+		}
+		perMS, ok := TSCCalResult(span, ticks, brackets, num, den)
+		d.add(b2u(ok))
+		d.add(perMS)
+		d.add(Median3(r1, r2, r3))
 	})
 	return out
 }
