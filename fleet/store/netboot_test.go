@@ -1,50 +1,42 @@
-package inventory
+package store
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"net"
 	"net/netip"
-	"path/filepath"
 	"testing"
 	"time"
 
-	_ "github.com/mattn/go-sqlite3"
+	"github.com/discord-pxe/dpxe/fleet/netboot/inventory"
 )
 
-// OpenTestDB opens a fresh SQLite file with the migrations applied.
-func openTestDB(t *testing.T) *SQL {
+// openInventory opens a fresh store and returns its netboot tables.
+func openInventory(t *testing.T) *NetbootInventory {
 	t.Helper()
-	db, err := sql.Open("sqlite3", filepath.Join(t.TempDir(), "inv.db")+"?_busy_timeout=5000&_journal_mode=WAL")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	if err := Migrate(context.Background(), db); err != nil {
-		t.Fatal(err)
-	}
-	return &SQL{DB: db}
+	s, _ := openTemp(t)
+	t.Cleanup(func() { s.Close() })
+	return s.Netboot()
 }
 
 func TestDiscoverApproveLookup(t *testing.T) {
 	ctx := context.Background()
-	s := openTestDB(t)
+	s := openInventory(t)
 	mac, _ := net.ParseMAC("52:54:00:aa:bb:01")
 	t0 := time.UnixMilli(1_700_000_000_000)
 
-	if _, err := s.Lookup(ctx, mac); !errors.Is(err, ErrUnknownMAC) {
-		t.Fatalf("lookup of unseen MAC: err = %v, want ErrUnknownMAC", err)
+	if _, err := s.Lookup(ctx, mac); !errors.Is(err, inventory.ErrUnknownMAC) {
+		t.Fatalf("lookup of unseen MAC: err = %v, want inventory.ErrUnknownMAC", err)
 	}
-	if err := s.Seen(ctx, Sighting{MAC: mac, Firmware: FirmwareBIOS, IP: netip.MustParseAddr("10.0.0.5"), At: t0}); err != nil {
+	if err := s.Seen(ctx, inventory.Sighting{MAC: mac, Firmware: inventory.FirmwareBIOS, IP: netip.MustParseAddr("10.0.0.5"), At: t0}); err != nil {
 		t.Fatal(err)
 	}
 	// A later sighting with unknown firmware and no IP keeps the old values.
-	if err := s.Seen(ctx, Sighting{MAC: mac, Firmware: FirmwareUnknown, At: t0.Add(time.Minute)}); err != nil {
+	if err := s.Seen(ctx, inventory.Sighting{MAC: mac, Firmware: inventory.FirmwareUnknown, At: t0.Add(time.Minute)}); err != nil {
 		t.Fatal(err)
 	}
 	n, err := s.Lookup(ctx, mac)
-	if err != nil || n.State != Discovered || n.ID != "" {
+	if err != nil || n.State != inventory.Discovered || n.ID != "" {
 		t.Fatalf("after sighting: %+v, %v", n, err)
 	}
 	recs, err := s.Nodes(ctx)
@@ -52,7 +44,7 @@ func TestDiscoverApproveLookup(t *testing.T) {
 		t.Fatalf("nodes: %v %v", recs, err)
 	}
 	r := recs[0]
-	if r.Firmware != FirmwareBIOS || r.IP != "10.0.0.5" || !r.FirstSeen.Equal(t0) || !r.LastSeen.Equal(t0.Add(time.Minute)) {
+	if r.Firmware != inventory.FirmwareBIOS || r.IP != "10.0.0.5" || !r.FirstSeen.Equal(t0) || !r.LastSeen.Equal(t0.Add(time.Minute)) {
 		t.Fatalf("record = %+v", r)
 	}
 
@@ -69,7 +61,7 @@ func TestDiscoverApproveLookup(t *testing.T) {
 		t.Fatal(err)
 	}
 	n, err = s.Lookup(ctx, mac)
-	if err != nil || n.State != Approved || n.ID != "node-1" || n.Credential != "0123456789abcdefXYZ" {
+	if err != nil || n.State != inventory.Approved || n.ID != "node-1" || n.Credential != "0123456789abcdefXYZ" {
 		t.Fatalf("after approve: %+v, %v", n, err)
 	}
 	// Node IDs are unique.
@@ -80,24 +72,24 @@ func TestDiscoverApproveLookup(t *testing.T) {
 	if err := s.Retire(ctx, mac); err != nil {
 		t.Fatal(err)
 	}
-	if n, _ := s.Lookup(ctx, mac); n.State != Retired {
+	if n, _ := s.Lookup(ctx, mac); n.State != inventory.Retired {
 		t.Fatalf("after retire: %+v", n)
 	}
-	if err := s.Retire(ctx, other); !errors.Is(err, ErrUnknownMAC) {
+	if err := s.Retire(ctx, other); !errors.Is(err, inventory.ErrUnknownMAC) {
 		t.Fatalf("retire unknown: %v", err)
 	}
 }
 
 func TestTimelineOrderAndPruning(t *testing.T) {
 	ctx := context.Background()
-	s := openTestDB(t)
+	s := openInventory(t)
 	mac, _ := net.ParseMAC("52:54:00:aa:bb:03")
-	if err := s.Seen(ctx, Sighting{MAC: mac, At: time.UnixMilli(0)}); err != nil {
+	if err := s.Seen(ctx, inventory.Sighting{MAC: mac, At: time.UnixMilli(0)}); err != nil {
 		t.Fatal(err)
 	}
-	stages := []Stage{StageDHCPOffer, StageDHCPAck, StageScriptFetched, StageKernelFetched}
+	stages := []inventory.Stage{inventory.StageDHCPOffer, inventory.StageDHCPAck, inventory.StageScriptFetched, inventory.StageKernelFetched}
 	for i, st := range stages {
-		if err := s.Record(ctx, Event{MAC: mac, Stage: st, Detail: "d", At: time.UnixMilli(int64(i))}); err != nil {
+		if err := s.Record(ctx, inventory.Event{MAC: mac, Stage: st, Detail: "d", At: time.UnixMilli(int64(i))}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -110,34 +102,34 @@ func TestTimelineOrderAndPruning(t *testing.T) {
 			t.Fatalf("event %d = %s, want %s", i, ev[i].Stage, stages[i])
 		}
 	}
-	for i := 0; i < MaxEventsPerMAC+20; i++ {
-		if err := s.Record(ctx, Event{MAC: mac, Stage: StageDHCPOffer, At: time.UnixMilli(int64(100 + i))}); err != nil {
+	for i := 0; i < inventory.MaxEventsPerMAC+20; i++ {
+		if err := s.Record(ctx, inventory.Event{MAC: mac, Stage: inventory.StageDHCPOffer, At: time.UnixMilli(int64(100 + i))}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	ev, _ = s.Timeline(ctx, mac)
-	if len(ev) != MaxEventsPerMAC {
-		t.Fatalf("after %d events the timeline holds %d, want %d", MaxEventsPerMAC+24, len(ev), MaxEventsPerMAC)
+	if len(ev) != inventory.MaxEventsPerMAC {
+		t.Fatalf("after %d events the timeline holds %d, want %d", inventory.MaxEventsPerMAC+24, len(ev), inventory.MaxEventsPerMAC)
 	}
-	if last := ev[len(ev)-1].At.UnixMilli(); last != int64(100+MaxEventsPerMAC+19) {
+	if last := ev[len(ev)-1].At.UnixMilli(); last != int64(100+inventory.MaxEventsPerMAC+19) {
 		t.Fatalf("newest event at %d: pruning dropped the wrong end", last)
 	}
 }
 
 func TestLeasesRoundTrip(t *testing.T) {
 	ctx := context.Background()
-	s := openTestDB(t)
+	s := openInventory(t)
 	mac, _ := net.ParseMAC("52:54:00:aa:bb:04")
 	exp := time.UnixMilli(1_800_000_000_000)
 	a, b := netip.MustParseAddr("10.0.0.100"), netip.MustParseAddr("10.0.0.101")
-	if err := s.PutLease(ctx, Lease{IP: a, MAC: mac, Expiry: exp}); err != nil {
+	if err := s.PutLease(ctx, inventory.Lease{IP: a, MAC: mac, Expiry: exp}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.PutLease(ctx, Lease{IP: b, Declined: true, Expiry: exp}); err != nil {
+	if err := s.PutLease(ctx, inventory.Lease{IP: b, Declined: true, Expiry: exp}); err != nil {
 		t.Fatal(err)
 	}
 	// Renewal replaces.
-	if err := s.PutLease(ctx, Lease{IP: a, MAC: mac, Expiry: exp.Add(time.Hour)}); err != nil {
+	if err := s.PutLease(ctx, inventory.Lease{IP: a, MAC: mac, Expiry: exp.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
 	ls, err := s.Leases(ctx)
@@ -158,68 +150,46 @@ func TestLeasesRoundTrip(t *testing.T) {
 	}
 }
 
-func TestParseMAC(t *testing.T) {
-	for _, c := range []struct {
-		in string
-		ok bool
-	}{
-		{"52:54:00:12:34:56", true},
-		{"52-54-00-12-34-56", true},
-		{"52:54:00:12:34", false},
-		{"52:54:00:12:34:56:78:9a", false},
-		{"../../etc/passwd", false},
-		{"zz-54-00-12-34-56", false},
-	} {
-		hw, err := ParseMAC(c.in)
-		if (err == nil) != c.ok {
-			t.Errorf("ParseMAC(%q) = %v, %v", c.in, hw, err)
-		}
-		if c.ok && MACKey(hw) != "52-54-00-12-34-56" {
-			t.Errorf("MACKey = %s", MACKey(hw))
-		}
-	}
-}
-
 // TestDiscoveredCap performs the pool-starvation flood of issue 24 on the
 // inventory: many made-up MACs. The discovered machines stop at the cap
-// (ErrDiscoveredFull), known MACs are still updated, approving one makes
+// (inventory.ErrDiscoveredFull), known MACs are still updated, approving one makes
 // room, and timelines of MACs the inventory does not hold are dropped.
 func TestDiscoveredCap(t *testing.T) {
 	ctx := context.Background()
-	s := openTestDB(t)
+	s := openInventory(t)
 	s.MaxDiscovered = 8
 	t0 := time.UnixMilli(1_700_000_000_000)
 	mac := func(i int) net.HardwareAddr { return net.HardwareAddr{0x02, 0, 0, 0, byte(i >> 8), byte(i)} }
 	for i := 0; i < 100; i++ {
-		err := s.Seen(ctx, Sighting{MAC: mac(i), At: t0})
-		if i < 8 && err != nil || i >= 8 && !errors.Is(err, ErrDiscoveredFull) {
+		err := s.Seen(ctx, inventory.Sighting{MAC: mac(i), At: t0})
+		if i < 8 && err != nil || i >= 8 && !errors.Is(err, inventory.ErrDiscoveredFull) {
 			t.Fatalf("sighting %d: %v", i, err)
 		}
-		s.Record(ctx, Event{MAC: mac(i), Stage: StageDHCPOffer, At: t0})
+		s.Record(ctx, inventory.Event{MAC: mac(i), Stage: inventory.StageDHCPOffer, At: t0})
 	}
 	recs, _ := s.Nodes(ctx)
 	if len(recs) != 8 {
 		t.Fatalf("%d machines recorded, cap 8", len(recs))
 	}
 	var events int
-	s.DB.QueryRow(`SELECT count(*) FROM netboot_events`).Scan(&events)
+	s.s.queryRow(ctx, `SELECT count(*) FROM netboot_events`).Scan(&events)
 	if events != 8 {
 		t.Fatalf("%d timeline events stored for 100 MACs of which 8 are known", events)
 	}
-	if err := s.Seen(ctx, Sighting{MAC: mac(3), IP: netip.MustParseAddr("10.0.0.3"), At: t0.Add(time.Second)}); err != nil {
+	if err := s.Seen(ctx, inventory.Sighting{MAC: mac(3), IP: netip.MustParseAddr("10.0.0.3"), At: t0.Add(time.Second)}); err != nil {
 		t.Fatalf("a known MAC at the cap: %v", err)
 	}
 	if err := s.Approve(ctx, mac(3), "node-3", "", t0); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Seen(ctx, Sighting{MAC: mac(50), At: t0}); err != nil {
+	if err := s.Seen(ctx, inventory.Sighting{MAC: mac(50), At: t0}); err != nil {
 		t.Fatalf("after an approval made room: %v", err)
 	}
 	// An approved MAC is not discovered: it never counts toward the cap.
 	if err := s.Approve(ctx, mac(200), "node-200", "", t0); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Seen(ctx, Sighting{MAC: mac(200), At: t0}); err != nil {
+	if err := s.Seen(ctx, inventory.Sighting{MAC: mac(200), At: t0}); err != nil {
 		t.Fatalf("an approved MAC at the cap: %v", err)
 	}
 }
