@@ -137,10 +137,17 @@ CREATE INDEX events_kind ON events(kind, id);
 
 // migrate applies the migrations newer than the file's recorded version.
 func (s *Store) migrate(ctx context.Context) error {
-	if _, err := s.exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+	if s.dialect == dialectPostgres {
+		unlock, err := s.lockMigrations(ctx)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+	}
+	if _, err := s.db.ExecContext(ctx, s.ddl(`CREATE TABLE IF NOT EXISTS schema_migrations (
 		version    INTEGER PRIMARY KEY,
 		name       TEXT NOT NULL,
-		applied_at INTEGER NOT NULL)`); err != nil {
+		applied_at INTEGER NOT NULL)`)); err != nil {
 		return fmt.Errorf("schema_migrations: %w", err)
 	}
 	have, err := s.SchemaVersion(ctx)
@@ -161,7 +168,7 @@ func (s *Store) migrate(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if _, err := tx.exec(ctx, m.sql); err != nil {
+		if _, err := tx.ExecContext(ctx, s.ddl(m.sql)); err != nil {
 			tx.Rollback()
 			return fmt.Errorf("migration %d (%s): %w", m.version, m.name, err)
 		}
@@ -175,6 +182,14 @@ func (s *Store) migrate(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// ddl returns a migration's statements in the store's dialect.
+func (s *Store) ddl(sql string) string {
+	if s.dialect == dialectPostgres {
+		return postgresDDL(sql)
+	}
+	return sql
 }
 
 // SchemaVersion returns the highest applied migration version, 0 for none.

@@ -9,19 +9,22 @@ import (
 	"time"
 
 	"github.com/discord-pxe/dpxe/fleet/netboot/inventory"
+	"github.com/discord-pxe/dpxe/fleet/store/pgtest"
 )
 
 // openInventory opens a fresh store and returns its netboot tables.
-func openInventory(t *testing.T) *NetbootInventory {
+func openInventory(t *testing.T, dsn string) *NetbootInventory {
 	t.Helper()
-	s, _ := openTemp(t)
+	s := openDSN(t, dsn)
 	t.Cleanup(func() { s.Close() })
 	return s.Netboot()
 }
 
-func TestDiscoverApproveLookup(t *testing.T) {
+func TestDiscoverApproveLookup(t *testing.T) { pgtest.Each(t, discoverApproveLookup) }
+
+func discoverApproveLookup(t *testing.T, dsn string) {
 	ctx := context.Background()
-	s := openInventory(t)
+	s := openInventory(t, dsn)
 	mac, _ := net.ParseMAC("52:54:00:aa:bb:01")
 	t0 := time.UnixMilli(1_700_000_000_000)
 
@@ -80,9 +83,11 @@ func TestDiscoverApproveLookup(t *testing.T) {
 	}
 }
 
-func TestTimelineOrderAndPruning(t *testing.T) {
+func TestTimelineOrderAndPruning(t *testing.T) { pgtest.Each(t, timelineOrderAndPruning) }
+
+func timelineOrderAndPruning(t *testing.T, dsn string) {
 	ctx := context.Background()
-	s := openInventory(t)
+	s := openInventory(t, dsn)
 	mac, _ := net.ParseMAC("52:54:00:aa:bb:03")
 	if err := s.Seen(ctx, inventory.Sighting{MAC: mac, At: time.UnixMilli(0)}); err != nil {
 		t.Fatal(err)
@@ -116,9 +121,11 @@ func TestTimelineOrderAndPruning(t *testing.T) {
 	}
 }
 
-func TestLeasesRoundTrip(t *testing.T) {
+func TestLeasesRoundTrip(t *testing.T) { pgtest.Each(t, leasesRoundTrip) }
+
+func leasesRoundTrip(t *testing.T, dsn string) {
 	ctx := context.Background()
-	s := openInventory(t)
+	s := openInventory(t, dsn)
 	mac, _ := net.ParseMAC("52:54:00:aa:bb:04")
 	exp := time.UnixMilli(1_800_000_000_000)
 	a, b := netip.MustParseAddr("10.0.0.100"), netip.MustParseAddr("10.0.0.101")
@@ -154,9 +161,11 @@ func TestLeasesRoundTrip(t *testing.T) {
 // inventory: many made-up MACs. The discovered machines stop at the cap
 // (inventory.ErrDiscoveredFull), known MACs are still updated, approving one makes
 // room, and timelines of MACs the inventory does not hold are dropped.
-func TestDiscoveredCap(t *testing.T) {
+func TestDiscoveredCap(t *testing.T) { pgtest.Each(t, discoveredCap) }
+
+func discoveredCap(t *testing.T, dsn string) {
 	ctx := context.Background()
-	s := openInventory(t)
+	s := openInventory(t, dsn)
 	s.MaxDiscovered = 8
 	t0 := time.UnixMilli(1_700_000_000_000)
 	mac := func(i int) net.HardwareAddr { return net.HardwareAddr{0x02, 0, 0, 0, byte(i >> 8), byte(i)} }

@@ -1,13 +1,15 @@
-// Package store is the fleet's SQLite inventory: nodes and their hashed
+// Package store is the fleet's inventory, in SQLite or PostgreSQL: nodes and their hashed
 // credentials, the shard plan and generation, per-node lease state, the
 // Identify history and session budget, per-shard status, the audit log,
 // the dashboard's settings and the netboot services' tables
 // (NetbootInventory). It is the only package that writes SQL: the others
 // call its methods.
 //
-// The database runs in WAL mode with foreign keys on, a busy timeout and
-// synchronous=NORMAL; writes that a safety argument depends on are
-// committed with synchronous=FULL (see Batch.Durable). The schema is an
+// SQLite, the default, runs in WAL mode with foreign keys on, a busy
+// timeout and synchronous=NORMAL; writes that a safety argument depends on
+// are committed with synchronous=FULL (see Batch.Durable). PostgreSQL
+// (postgres.go) commits every transaction durably, at its default
+// synchronous_commit. The schema is an
 // ordered list of numbered migrations in migrations.go; later features
 // append to it.
 //
@@ -154,7 +156,13 @@ const fileMode = 0o600
 // database file is created with mode 0600, whatever the umask; an existing
 // file, or its -wal and -shm files, readable by group or others (dpxe
 // before 0600) is narrowed to 0600.
+//
+// A path that is a postgres:// or postgresql:// URL (IsPostgresURL) opens
+// that PostgreSQL database instead, with the same schema and methods.
 func Open(ctx context.Context, path string) (*Store, error) {
+	if IsPostgresURL(path) {
+		return openPostgres(ctx, path)
+	}
 	if dir := filepath.Dir(path); dir != "" {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("store: %w", err)
@@ -209,9 +217,12 @@ func privateFiles(path string) error {
 	return nil
 }
 
-// Close checkpoints the WAL into the main file and closes the database.
+// Close checkpoints the WAL into the main file (SQLite) and closes the
+// database.
 func (s *Store) Close() error {
-	_, _ = s.db.Exec("PRAGMA wal_checkpoint(TRUNCATE)")
+	if s.dialect == dialectSQLite {
+		_, _ = s.db.Exec("PRAGMA wal_checkpoint(TRUNCATE)")
+	}
 	return s.db.Close()
 }
 
@@ -220,7 +231,8 @@ func (s *Store) Close() error {
 // through the store's methods (TestOnlyStoreWritesSQL).
 func (s *Store) DB() *sql.DB { return s.db }
 
-// Path returns the database file name.
+// Path returns the database file name, or for PostgreSQL its URL without
+// the password.
 func (s *Store) Path() string { return s.path }
 
 // ms converts t to Unix milliseconds; the zero time is 0.
