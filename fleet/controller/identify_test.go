@@ -78,6 +78,7 @@ func TestIdentifyWindowFromAnswer(t *testing.T) {
 	h.checkin("a", 4, 0)
 	h.clock.Advance(5 * time.Second)
 	ctx := context.Background()
+	h.sqliteOnly("another connection holds SQLite's write lock")
 	db, err := sql.Open("sqlite3", h.path)
 	if err != nil {
 		t.Fatal(err)
