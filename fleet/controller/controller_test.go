@@ -467,18 +467,13 @@ func TestGrantNotAnsweredUntilDurable(t *testing.T) {
 	rb := h.checkin("b", 8, 0)
 	h.checkin("a", 8, rb.Generation) // a releases 4..7
 	_ = r
-	h.sqliteOnly("a trigger fails the write")
-	if _, err := h.st.DB().Exec(`CREATE TRIGGER fail_writes BEFORE UPDATE ON nodes BEGIN SELECT RAISE(ABORT, 'injected failure'); END`); err != nil {
-		t.Fatal(err)
-	}
+	restore := h.failNodeUpdates()
 	for i := 0; i < 2; i++ {
 		if resp, err := h.c.Checkin(ctx, &appliance.CheckinRequest{NodeID: "b", Capacity: 8, Generation: rb.Generation}, ""); err == nil {
 			t.Fatalf("attempt %d: answered %+v although the grant is not durable", i, resp)
 		}
 	}
-	if _, err := h.st.DB().Exec(`DROP TRIGGER fail_writes`); err != nil {
-		t.Fatal(err)
-	}
+	restore()
 	if rb = h.checkin("b", 8, rb.Generation); len(rb.Pending) != 0 || len(rb.Assigned) != 4 {
 		t.Fatalf("after recovery: %+v", rb)
 	}
