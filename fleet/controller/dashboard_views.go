@@ -128,16 +128,12 @@ func (c *Controller) IdentifyActivity(ctx context.Context, since time.Time) ([]B
 		}
 	}
 	for _, kind := range []string{EventIdentifyGranted, EventIdentifyRefused} {
-		evs, err := c.st.EventLog(ctx, store.EventQuery{Kind: kind, Limit: identifyScanLimit})
-		if err != nil {
-			return nil, fmt.Errorf("identify activity: %w", err)
-		}
-		for _, e := range evs {
+		err := c.st.ScanEventLog(ctx, store.EventQuery{Kind: kind, Limit: identifyScanLimit}, func(e store.Event) bool {
 			if e.At.UnixMilli() < since.UnixMilli() {
-				break
+				return false
 			}
 			if e.ShardID == nil {
-				continue
+				return true
 			}
 			b := appliance.IdentifyBucket(*e.ShardID, uint32(len(out)))
 			if kind == EventIdentifyGranted {
@@ -145,6 +141,10 @@ func (c *Controller) IdentifyActivity(ctx context.Context, since time.Time) ([]B
 			} else {
 				out[b].Refused++
 			}
+			return true
+		})
+		if err != nil {
+			return nil, fmt.Errorf("identify activity: %w", err)
 		}
 	}
 	return out, nil

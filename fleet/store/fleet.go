@@ -291,6 +291,20 @@ type EventQuery struct {
 // EventLog returns up to f.Limit of the newest events that match f, newest
 // first.
 func (s *Store) EventLog(ctx context.Context, f EventQuery) ([]Event, error) {
+	out := []Event{}
+	err := s.ScanEventLog(ctx, f, func(e Event) bool {
+		out = append(out, e)
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ScanEventLog calls fn with up to f.Limit of the newest events that match
+// f, newest first, reading them one at a time, until fn returns false.
+func (s *Store) ScanEventLog(ctx context.Context, f EventQuery, fn func(Event) bool) error {
 	var where []string
 	var args []any
 	if f.NodeID != "" {
@@ -311,32 +325,47 @@ func (s *Store) EventLog(ctx context.Context, f EventQuery) ([]Event, error) {
 	}
 	q += " ORDER BY id DESC LIMIT ?"
 	args = append(args, f.Limit)
-	return s.events(ctx, q, args...)
+	return s.scanEvents(ctx, fn, q, args...)
 }
 
-// events runs a query of the event columns and scans its rows.
+// events runs a query of the event columns and returns its rows.
 func (s *Store) events(ctx context.Context, q string, args ...any) ([]Event, error) {
-	rows, err := s.query(ctx, q, args...)
+	out := []Event{}
+	err := s.scanEvents(ctx, func(e Event) bool {
+		out = append(out, e)
+		return true
+	}, q, args...)
 	if err != nil {
 		return nil, err
 	}
+	return out, nil
+}
+
+// scanEvents runs a query of the event columns and calls fn with each row
+// until fn returns false.
+func (s *Store) scanEvents(ctx context.Context, fn func(Event) bool, q string, args ...any) error {
+	rows, err := s.query(ctx, q, args...)
+	if err != nil {
+		return err
+	}
 	defer rows.Close()
-	out := []Event{}
 	for rows.Next() {
 		var e Event
 		var at int64
 		var shard sql.NullInt64
 		if err := rows.Scan(&e.ID, &at, &e.Kind, &e.NodeID, &shard, &e.Detail); err != nil {
-			return nil, err
+			return err
 		}
 		e.At = fromMS(at)
 		if shard.Valid {
 			v := uint32(shard.Int64)
 			e.ShardID = &v
 		}
-		out = append(out, e)
+		if !fn(e) {
+			return nil
+		}
 	}
-	return out, rows.Err()
+	return rows.Err()
 }
 
 // ShardEventIDs is, for one shard, the ID of its newest event of each of
