@@ -119,6 +119,16 @@ func timelineOrderAndPruning(t *testing.T, dsn string) {
 	if last := ev[len(ev)-1].At.UnixMilli(); last != int64(100+inventory.MaxEventsPerMAC+19) {
 		t.Fatalf("newest event at %d: pruning dropped the wrong end", last)
 	}
+	// The dashboard's summary: each MAC's newest step.
+	other, _ := net.ParseMAC("52:54:00:aa:bb:13")
+	s.Seen(ctx, inventory.Sighting{MAC: other, At: time.UnixMilli(0)})
+	s.Record(ctx, inventory.Event{MAC: other, Stage: inventory.StageKernelFetched, Detail: "k", At: time.UnixMilli(1)})
+	s.Record(ctx, inventory.Event{MAC: mac, Stage: inventory.StageScriptFetched, Detail: "last", At: time.UnixMilli(2)})
+	ls, err := s.LastStages(ctx)
+	if err != nil || len(ls) != 2 || ls[inventory.MACKey(mac)].Stage != inventory.StageScriptFetched ||
+		ls[inventory.MACKey(mac)].Detail != "last" || ls[inventory.MACKey(other)].Stage != inventory.StageKernelFetched {
+		t.Fatalf("LastStages = %+v, %v", ls, err)
+	}
 }
 
 func TestLeasesRoundTrip(t *testing.T) { pgtest.Each(t, leasesRoundTrip) }
