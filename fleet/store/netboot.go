@@ -80,9 +80,7 @@ func (n *NetbootInventory) Seen(ctx context.Context, v inventory.Sighting) error
 	}
 	key := inventory.MACKey(v.MAC)
 	// A known MAC is updated; a new one is inserted only while the
-	// discovered machines are fewer than limit (one statement, so on
-	// SQLite two sightings cannot both take the last place; on PostgreSQL
-	// under READ COMMITTED two concurrent ones can overshoot by one each).
+	// discovered machines are fewer than limit (insertDiscovered).
 	r, err := n.s.exec(ctx, `
 		UPDATE netboot_nodes SET
 			last_seen = ?,
@@ -95,22 +93,52 @@ func (n *NetbootInventory) Seen(ctx context.Context, v inventory.Sighting) error
 	if c, _ := r.RowsAffected(); c > 0 {
 		return nil
 	}
-	r, err = n.s.exec(ctx, `
-		INSERT INTO netboot_nodes (mac, state, firmware, ip, first_seen, last_seen)
-		SELECT CAST(? AS TEXT), 'discovered', CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS BIGINT), CAST(? AS BIGINT)
-		WHERE (SELECT count(*) FROM netboot_nodes WHERE state = 'discovered') < ?
-		ON CONFLICT (mac) DO NOTHING`,
-		key, string(fw), ip, unixMS(v.At), unixMS(v.At), limit)
+	inserted, err := n.insertDiscovered(ctx, key, string(fw), ip, unixMS(v.At), limit)
 	if err != nil {
 		return fmt.Errorf("inventory seen %s: %w", v.MAC, err)
 	}
-	if c, _ := r.RowsAffected(); c == 0 {
+	if !inserted {
 		if _, err := n.Lookup(ctx, v.MAC); err == nil {
 			return nil // a concurrent sighting inserted it
 		}
 		return fmt.Errorf("inventory seen %s: %w", v.MAC, inventory.ErrDiscoveredFull)
 	}
 	return nil
+}
+
+// pgDiscoveredLock is the advisory-lock key that serializes the insertion
+// of discovered MACs on PostgreSQL ("dpxn" in ASCII).
+const pgDiscoveredLock = 0x6470786e
+
+// insertDiscovered inserts a discovered MAC if fewer than limit are
+// discovered, and reports whether it did. The count and the insert are one
+// statement: on SQLite, whose writers take turns, two sightings cannot both
+// take the last place. On PostgreSQL under READ COMMITTED they could, each
+// counting before the other's commit, so there the insert first takes a
+// transaction-scoped advisory lock (every process on the database, every
+// replica, queues on it); only sightings of new MACs pay for it.
+func (n *NetbootInventory) insertDiscovered(ctx context.Context, key, fw, ip string, at int64, limit int) (bool, error) {
+	t, err := n.s.begin(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer t.Rollback()
+	if n.s.dialect == dialectPostgres {
+		if _, err := t.exec(ctx, `SELECT pg_advisory_xact_lock(?)`, int64(pgDiscoveredLock)); err != nil {
+			return false, err
+		}
+	}
+	r, err := t.exec(ctx, `
+		INSERT INTO netboot_nodes (mac, state, firmware, ip, first_seen, last_seen)
+		SELECT CAST(? AS TEXT), 'discovered', CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS BIGINT), CAST(? AS BIGINT)
+		WHERE (SELECT count(*) FROM netboot_nodes WHERE state = 'discovered') < ?
+		ON CONFLICT (mac) DO NOTHING`,
+		key, fw, ip, at, at, limit)
+	if err != nil {
+		return false, err
+	}
+	c, _ := r.RowsAffected()
+	return c > 0, t.Commit()
 }
 
 // Record implements inventory.Inventory. Events of a MAC the inventory

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"sync"
 	"testing"
 	"time"
 
@@ -210,5 +211,41 @@ func discoveredCap(t *testing.T, dsn string) {
 	}
 	if err := s.Seen(ctx, inventory.Sighting{MAC: mac(200), At: t0}); err != nil {
 		t.Fatalf("an approved MAC at the cap: %v", err)
+	}
+}
+
+// TestDiscoveredCapConcurrent: sightings of new MACs racing for the last
+// places of the cap never exceed it, on either backend (on PostgreSQL the
+// count and the insert would race under READ COMMITTED without the lock).
+func TestDiscoveredCapConcurrent(t *testing.T) { pgtest.Each(t, testDiscoveredCapConcurrent) }
+
+func testDiscoveredCapConcurrent(t *testing.T, dsn string) {
+	ctx := context.Background()
+	s := openInventory(t, dsn)
+	s.MaxDiscovered = 8
+	const writers, each = 16, 6
+	var wg sync.WaitGroup
+	errs := make(chan error, writers*each)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				mac := net.HardwareAddr{0x02, 0, 0, 1, byte(w), byte(i)}
+				err := s.Seen(ctx, inventory.Sighting{MAC: mac, At: time.UnixMilli(1_700_000_000_000)})
+				if err != nil && !errors.Is(err, inventory.ErrDiscoveredFull) {
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	recs, err := s.Nodes(ctx)
+	if err != nil || len(recs) != 8 {
+		t.Fatalf("%d machines recorded by %d racing writers, cap 8 (%v)", len(recs), writers, err)
 	}
 }
