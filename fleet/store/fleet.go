@@ -424,7 +424,7 @@ func (s *Store) Apply(ctx context.Context, b *Batch) (err error) {
 	if err != nil {
 		return err
 	}
-	tx := &tx{sqlTx, s}
+	tx := &txn{sqlTx, s}
 	defer func() {
 		if err != nil {
 			tx.Rollback()

@@ -107,33 +107,25 @@ func (s *Store) queryRow(ctx context.Context, query string, args ...any) *sql.Ro
 	return s.db.QueryRowContext(ctx, s.q(query), args...)
 }
 
-// tx is a transaction whose statements are written with ? placeholders.
-type tx struct {
+// txn is a transaction whose statements are written with ? placeholders.
+type txn struct {
 	*sql.Tx
 	s *Store
 }
 
-func (s *Store) begin(ctx context.Context) (*tx, error) {
+func (s *Store) begin(ctx context.Context) (*txn, error) {
 	t, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, err
 	}
-	return &tx{t, s}, nil
+	return &txn{t, s}, nil
 }
 
-func (t *tx) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+func (t *txn) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	return t.ExecContext(ctx, t.s.q(query), args...)
 }
 
-func (t *tx) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	return t.QueryContext(ctx, t.s.q(query), args...)
-}
-
-func (t *tx) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
-	return t.QueryRowContext(ctx, t.s.q(query), args...)
-}
-
-func (t *tx) prepare(ctx context.Context, query string) (*sql.Stmt, error) {
+func (t *txn) prepare(ctx context.Context, query string) (*sql.Stmt, error) {
 	return t.PrepareContext(ctx, t.s.q(query))
 }
 
