@@ -11,7 +11,8 @@ import (
 
 // This file holds read-only views for the web dashboard: the whole shard
 // map in one pass, recent Identify activity, and a filtered audit log.
-// The last two read the store's audit log newest first (Store.EventLog).
+// The last two read the store's audit log newest first (Store.ScanEventLog,
+// Store.EventLog).
 // They are tested in web/controllerviews_test.go.
 
 // ShardCell is the dashboard's state of one global shard.
