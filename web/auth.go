@@ -126,8 +126,7 @@ func SetPassword(ctx context.Context, st *store.Store, pw string) error {
 // ClearPassword removes the dashboard password; only the admin token logs
 // in afterwards.
 func ClearPassword(ctx context.Context, st *store.Store) error {
-	_, err := st.DB().ExecContext(ctx, `DELETE FROM settings WHERE key = ?`, PasswordSetting)
-	return err
+	return st.DeleteSetting(ctx, PasswordSetting)
 }
 
 // session is one logged-in browser.

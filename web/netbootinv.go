@@ -13,11 +13,11 @@ import (
 	"github.com/discord-pxe/dpxe/fleet/store"
 )
 
-// InventoryNetboot implements Netboot over the netboot services' SQLite
-// inventory (fleet/netboot/inventory) and the controller: the netboot part
+// InventoryNetboot implements Netboot over the netboot services' tables in
+// the store (store.NetbootInventory) and the controller: the netboot part
 // of `dpxe serve` can hand it to the dashboard once its tables exist.
 type InventoryNetboot struct {
-	Inv  *inventory.SQL
+	Inv  *store.NetbootInventory
 	Ctrl *controller.Controller
 }
 
@@ -47,33 +47,13 @@ func (n *InventoryNetboot) Discovered(ctx context.Context) ([]DiscoveredNode, er
 	return out, nil
 }
 
-// lastStages returns each MAC's latest timeline event in one query.
-// (It reads the inventory's table directly; inventory could offer it.)
-func (n *InventoryNetboot) lastStages(ctx context.Context) (map[string][2]string, error) {
-	rows, err := n.Inv.DB.QueryContext(ctx, `SELECT e.mac, e.stage, e.detail FROM netboot_events e
-		JOIN (SELECT mac, MAX(id) AS id FROM netboot_events GROUP BY mac) m ON e.id = m.id`)
-	if err != nil {
-		return nil, fmt.Errorf("netboot last stages: %w", err)
-	}
-	defer rows.Close()
-	out := map[string][2]string{}
-	for rows.Next() {
-		var mac, stage, detail string
-		if err := rows.Scan(&mac, &stage, &detail); err != nil {
-			return nil, err
-		}
-		out[mac] = [2]string{stage, detail}
-	}
-	return out, rows.Err()
-}
-
 // Summaries implements Netboot for approved MACs, by node ID.
 func (n *InventoryNetboot) Summaries(ctx context.Context) (map[string]BootSummary, error) {
 	recs, err := n.Inv.Nodes(ctx)
 	if err != nil {
 		return nil, err
 	}
-	last, err := n.lastStages(ctx)
+	last, err := n.Inv.LastStages(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -84,8 +64,8 @@ func (n *InventoryNetboot) Summaries(ctx context.Context) (map[string]BootSummar
 		}
 		key := inventory.MACKey(r.MAC)
 		st := last[key]
-		out[r.ID] = BootSummary{MAC: key, IP: r.IP, Firmware: string(r.Firmware), LastStage: st[0],
-			LastStageFailed: failedStep(inventory.Stage(st[0]), st[1])}
+		out[r.ID] = BootSummary{MAC: key, IP: r.IP, Firmware: string(r.Firmware), LastStage: string(st.Stage),
+			LastStageFailed: failedStep(st.Stage, st.Detail)}
 	}
 	return out, nil
 }

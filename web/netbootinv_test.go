@@ -16,23 +16,12 @@ import (
 
 // TestInventoryNetboot runs the dashboard's netboot sections on the real
 // netboot inventory tables: sightings, a boot timeline and a DHCP lease
-// written through inventory.SQL, approval through the dashboard's form.
+// written through store.NetbootInventory, approval through the dashboard's form.
 func TestInventoryNetboot(t *testing.T) {
 	ctx := context.Background()
-	var inv *inventory.SQL
+	var inv *store.NetbootInventory
 	f := newTestFleet(t, fleetOpts{total: 16, maxConc: 1, netbootFor: func(st *store.Store, c *controller.Controller) Netboot {
-		// The store may already carry the inventory's tables as one of its
-		// migrations; create them only if it does not.
-		var n int
-		if err := st.DB().QueryRowContext(ctx, `SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'netboot_nodes'`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n == 0 {
-			if err := inventory.Migrate(ctx, st.DB()); err != nil {
-				t.Fatal(err)
-			}
-		}
-		inv = &inventory.SQL{DB: st.DB()}
+		inv = st.Netboot()
 		return &InventoryNetboot{Inv: inv, Ctrl: c}
 	}})
 	mac, _ := inventory.ParseMAC("52-54-00-12-34-56")

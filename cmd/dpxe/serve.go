@@ -125,9 +125,9 @@ func parseServeFlags(args []string) (serveConfig, error) {
 	var lease, window time.Duration
 	var total, mc uint
 	configFile := fs.String("config", "", "JSON file with the settings below (same names with _), flags override it")
-	fs.StringVar(&flags.DB, "db", cfg.DB, "SQLite inventory file")
+	fs.StringVar(&flags.DB, "db", cfg.DB, "SQLite inventory file, or a postgres:// URL")
 	fs.StringVar(&flags.Listen, "listen", cfg.Listen, "HTTP listen address of the API")
-	fs.StringVar(&flags.AdminTokenFile, "admin-token-file", "", "where the first start writes the admin token (default: admin.token beside --db)")
+	fs.StringVar(&flags.AdminTokenFile, "admin-token-file", "", "where the first start writes the admin token (default: admin.token beside --db; ./var/ for a postgres:// --db)")
 	fs.UintVar(&total, "total-shards", uint(cfg.TotalShards), "global shard count")
 	fs.UintVar(&mc, "max-concurrency", uint(cfg.MaxConcurrency), "Discord max_concurrency (Identify buckets)")
 	fs.DurationVar(&lease, "lease", time.Duration(cfg.Lease), "node lease; nodes renew every third of it")
@@ -177,7 +177,11 @@ func parseServeFlags(args []string) (serveConfig, error) {
 		}
 	})
 	if cfg.AdminTokenFile == "" {
-		cfg.AdminTokenFile = filepath.Join(filepath.Dir(cfg.DB), adminTokenName)
+		dir := filepath.Dir(cfg.DB)
+		if store.IsPostgresURL(cfg.DB) { // a URL has no directory: the default file's
+			dir = filepath.Dir(defaultDBPath)
+		}
+		cfg.AdminTokenFile = filepath.Join(dir, adminTokenName)
 	}
 	cfg.RotateAdminToken = *rotate
 	if cfg.TotalShards == 0 || cfg.MaxConcurrency == 0 {
@@ -349,7 +353,7 @@ func runServe(ctx context.Context, args []string) error {
 		}()
 	}
 	eff := app.controller.Config()
-	log.Info("listening", "addr", ln.Addr().String(), "db", cfg.DB, "total_shards", eff.TotalShards,
+	log.Info("listening", "addr", ln.Addr().String(), "db", store.RedactURL(cfg.DB), "total_shards", eff.TotalShards,
 		"max_concurrency", eff.MaxConcurrency, "lease", eff.Lease)
 
 	select {

@@ -18,6 +18,7 @@ import (
 	"github.com/discord-pxe/dpxe/fleet/netboot"
 	"github.com/discord-pxe/dpxe/fleet/netboot/dhcp"
 	"github.com/discord-pxe/dpxe/fleet/netboot/inventory"
+	"github.com/discord-pxe/dpxe/fleet/store"
 	"github.com/discord-pxe/dpxe/web"
 )
 
@@ -75,13 +76,13 @@ func init() {
 }
 
 // fleetInventory is the netboot inventory as `dpxe serve` runs it: the
-// SQLite inventory, with enrollment through the controller. Node secrets
+// store's netboot tables, with enrollment through the controller. Node secrets
 // are never stored in clear, and a script fetch never revokes a running
 // node's credential: Enroll asks the controller for an enrollment
 // credential good only for the node's first check-in from the script's
 // address (controller.Enroll), and a node that is live gets none.
 type fleetInventory struct {
-	*inventory.SQL
+	*store.NetbootInventory
 	ctrl *controller.Controller
 }
 
@@ -124,14 +125,14 @@ func (b *bootRoute) dispatch(op http.Handler) http.Handler {
 // attachNetboot mounts the operator endpoints and, with --interface, starts
 // the DHCP, TFTP and HTTP boot services.
 func attachNetboot(ctx context.Context, app *fleetApp, log *slog.Logger) (func(context.Context) error, error) {
-	inv := &fleetInventory{SQL: &inventory.SQL{DB: app.store.DB()}, ctrl: app.controller}
+	inv := &fleetInventory{NetbootInventory: app.store.Netboot(), ctrl: app.controller}
 	// One approval mechanism for the dashboard and the API: it creates the
 	// node at the controller and stores no secret with the MAC.
-	approver := &web.InventoryNetboot{Inv: inv.SQL, Ctrl: app.controller}
+	approver := &web.InventoryNetboot{Inv: inv.NetbootInventory, Ctrl: app.controller}
 	registerNetbootAPI(app, inv, approver, log)
 	dashboardNetboot = approver
 	app.controller.OnNodeLive(func(nodeID, addr string) {
-		go recordCheckin(inv.SQL, nodeID, addr, log)
+		go recordCheckin(inv.NetbootInventory, nodeID, addr, log)
 	})
 	f := &netbootFlags
 	if f.iface == "" {
@@ -166,7 +167,7 @@ func attachNetboot(ctx context.Context, app *fleetApp, log *slog.Logger) (func(c
 		Interface: f.iface, ServerIP: ip, DHCP: dcfg, TFTPAddr: f.tftp,
 		BaseURL: base, Controller: controllerURL, EnrollUntrusted: f.proxyEnroll, Refusals: app.refusals,
 		BootDir: f.bootDir, IPXEDir: f.ipxeDir, IPv6NoRouter: f.ipv6NoRouter, Log: log,
-	}, inv, inv.SQL)
+	}, inv, inv.NetbootInventory)
 	if err != nil {
 		return nil, err
 	}
@@ -327,7 +328,7 @@ func listenCovers(listen string, ip netip.Addr) bool {
 
 // recordCheckin adds the "first check-in" step to the machine's boot
 // timeline when a node the netboot inventory knows becomes live.
-func recordCheckin(inv *inventory.SQL, nodeID, addr string, log *slog.Logger) {
+func recordCheckin(inv *store.NetbootInventory, nodeID, addr string, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	recs, err := inv.Nodes(ctx)

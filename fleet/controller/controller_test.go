@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"reflect"
 	"sync"
 	"testing"
@@ -33,7 +32,8 @@ func (f *fakeClock) Advance(d time.Duration) {
 	f.mu.Unlock()
 }
 
-// harness is a controller on a real SQLite file with a fake clock.
+// harness is a controller on a real store (a SQLite file, or PostgreSQL
+// with DPXE_TEST_STORE=postgres) with a fake clock.
 type harness struct {
 	t     *testing.T
 	path  string
@@ -49,7 +49,7 @@ func newHarness(t *testing.T, cfg Config) *harness {
 	if cfg.RebalanceEvery == 0 {
 		cfg.RebalanceEvery = -1
 	}
-	h := &harness{t: t, path: filepath.Join(t.TempDir(), "dpxe.db"), clock: newFakeClock(), cfg: cfg, creds: map[string]string{}}
+	h := &harness{t: t, path: newStorePath(t), clock: newFakeClock(), cfg: cfg, creds: map[string]string{}}
 	h.open()
 	t.Cleanup(func() { h.st.Close() })
 	return h
@@ -467,17 +467,13 @@ func TestGrantNotAnsweredUntilDurable(t *testing.T) {
 	rb := h.checkin("b", 8, 0)
 	h.checkin("a", 8, rb.Generation) // a releases 4..7
 	_ = r
-	if _, err := h.st.DB().Exec(`CREATE TRIGGER fail_writes BEFORE UPDATE ON nodes BEGIN SELECT RAISE(ABORT, 'injected failure'); END`); err != nil {
-		t.Fatal(err)
-	}
+	restore := h.failNodeUpdates()
 	for i := 0; i < 2; i++ {
 		if resp, err := h.c.Checkin(ctx, &appliance.CheckinRequest{NodeID: "b", Capacity: 8, Generation: rb.Generation}, ""); err == nil {
 			t.Fatalf("attempt %d: answered %+v although the grant is not durable", i, resp)
 		}
 	}
-	if _, err := h.st.DB().Exec(`DROP TRIGGER fail_writes`); err != nil {
-		t.Fatal(err)
-	}
+	restore()
 	if rb = h.checkin("b", 8, rb.Generation); len(rb.Pending) != 0 || len(rb.Assigned) != 4 {
 		t.Fatalf("after recovery: %+v", rb)
 	}

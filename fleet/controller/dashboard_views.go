@@ -2,9 +2,7 @@ package controller
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/discord-pxe/dpxe/appliance"
@@ -13,9 +11,9 @@ import (
 
 // This file holds read-only views for the web dashboard: the whole shard
 // map in one pass, recent Identify activity, and a filtered audit log.
-// The last two read the store's events table through Store.DB(), because
-// fleet/store has no newest-first or node-filtered event query yet; they
-// would sit better there. They are tested in web/controllerviews_test.go.
+// The last two read the store's audit log newest first (Store.ScanEventLog,
+// Store.EventLog).
+// They are tested in web/controllerviews_test.go.
 
 // ShardCell is the dashboard's state of one global shard.
 type ShardCell uint8
@@ -131,34 +129,21 @@ func (c *Controller) IdentifyActivity(ctx context.Context, since time.Time) ([]B
 		}
 	}
 	for _, kind := range []string{EventIdentifyGranted, EventIdentifyRefused} {
-		rows, err := c.st.DB().QueryContext(ctx, `SELECT at, shard_id FROM events WHERE kind = ? ORDER BY id DESC LIMIT ?`,
-			kind, identifyScanLimit)
-		if err != nil {
-			return nil, fmt.Errorf("identify activity: %w", err)
-		}
-		err = func() error {
-			defer rows.Close()
-			for rows.Next() {
-				var at int64
-				var shard sql.NullInt64
-				if err := rows.Scan(&at, &shard); err != nil {
-					return err
-				}
-				if at < since.UnixMilli() {
-					return nil
-				}
-				if !shard.Valid {
-					continue
-				}
-				b := appliance.IdentifyBucket(uint32(shard.Int64), uint32(len(out)))
-				if kind == EventIdentifyGranted {
-					out[b].Granted++
-				} else {
-					out[b].Refused++
-				}
+		err := c.st.ScanEventLog(ctx, store.EventQuery{Kind: kind, Limit: identifyScanLimit}, func(e store.Event) bool {
+			if e.At.UnixMilli() < since.UnixMilli() {
+				return false
 			}
-			return rows.Err()
-		}()
+			if e.ShardID == nil {
+				return true
+			}
+			b := appliance.IdentifyBucket(*e.ShardID, uint32(len(out)))
+			if kind == EventIdentifyGranted {
+				out[b].Granted++
+			} else {
+				out[b].Refused++
+			}
+			return true
+		})
 		if err != nil {
 			return nil, fmt.Errorf("identify activity: %w", err)
 		}
@@ -190,45 +175,9 @@ func (c *Controller) EventLog(ctx context.Context, f EventFilter) ([]store.Event
 	if f.Limit < 1 || f.Limit > 1000 {
 		return nil, fmt.Errorf("%w: event limit %d out of range 1..1000", ErrConfig, f.Limit)
 	}
-	var where []string
-	var args []any
-	if f.NodeID != "" {
-		where = append(where, "node_id = ?")
-		args = append(args, f.NodeID)
-	}
-	if f.Kind != "" {
-		where = append(where, "kind = ?")
-		args = append(args, f.Kind)
-	}
-	if f.Before > 0 {
-		where = append(where, "id < ?")
-		args = append(args, f.Before)
-	}
-	q := `SELECT id, at, kind, node_id, shard_id, detail FROM events`
-	if len(where) > 0 {
-		q += " WHERE " + strings.Join(where, " AND ")
-	}
-	q += " ORDER BY id DESC LIMIT ?"
-	args = append(args, f.Limit)
-	rows, err := c.st.DB().QueryContext(ctx, q, args...)
+	out, err := c.st.EventLog(ctx, store.EventQuery{NodeID: f.NodeID, Kind: f.Kind, Before: f.Before, Limit: f.Limit})
 	if err != nil {
 		return nil, fmt.Errorf("event log: %w", err)
 	}
-	defer rows.Close()
-	out := []store.Event{}
-	for rows.Next() {
-		var e store.Event
-		var at int64
-		var shard sql.NullInt64
-		if err := rows.Scan(&e.ID, &at, &e.Kind, &e.NodeID, &shard, &e.Detail); err != nil {
-			return nil, fmt.Errorf("event log: %w", err)
-		}
-		e.At = time.UnixMilli(at).UTC()
-		if shard.Valid {
-			v := uint32(shard.Int64)
-			e.ShardID = &v
-		}
-		out = append(out, e)
-	}
-	return out, rows.Err()
+	return out, nil
 }

@@ -206,7 +206,11 @@ func TestRefusedAuthSameWorkKnownOrUnknown(t *testing.T) {
 	// to the store by another process is found through it.
 	cred, _ := NewCredential()
 	hash := HashCredential(cred)
-	if _, err := h.st.DB().Exec(`UPDATE nodes SET cred_hash = ? WHERE id = 'a'`, hash[:]); err != nil {
+	update := `UPDATE nodes SET cred_hash = ? WHERE id = 'a'`
+	if store.IsPostgresURL(h.path) {
+		update = `UPDATE nodes SET cred_hash = $1 WHERE id = 'a'`
+	}
+	if _, err := h.st.DB().Exec(update, hash[:]); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.c.Authenticate(ctx, "a", cred); err != nil {

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"strconv"
 	"strings"
@@ -224,25 +223,16 @@ func grantDetail(total uint32) string { return "num_shards " + strconv.FormatUin
 func (c *Controller) loadStartOrder(ctx context.Context) error {
 	c.order = startOrder{at: make([]int64, c.cfg.TotalShards)}
 	// A shard started if its last grant came after its last re-claim.
-	rows, err := c.st.DB().QueryContext(ctx,
-		`SELECT shard_id, MAX(CASE WHEN kind = ? THEN id END), COALESCE(MAX(CASE WHEN kind = ? THEN id END), 0)
-		 FROM events WHERE kind IN (?, ?) AND detail = ? AND shard_id IS NOT NULL GROUP BY shard_id`,
-		EventIdentifyGranted, EventIdentifyUnused, EventIdentifyGranted, EventIdentifyUnused, grantDetail(c.cfg.TotalShards))
+	last, err := c.st.LastShardEvents(ctx, EventIdentifyGranted, EventIdentifyUnused, grantDetail(c.cfg.TotalShards))
 	if err != nil {
 		return err
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var s, unused int64
-		var granted sql.NullInt64
-		if err := rows.Scan(&s, &granted, &unused); err != nil {
-			return err
-		}
-		if granted.Valid && granted.Int64 > unused && s >= 0 && s < int64(len(c.order.at)) {
-			c.order.at[s] = startedKnown
+	for _, x := range last {
+		if x.LastA > x.LastB && x.ShardID < uint32(len(c.order.at)) {
+			c.order.at[x.ShardID] = startedKnown
 		}
 	}
-	return rows.Err()
+	return nil
 }
 
 // noteReadyLocked records shards a node reports READY as started: a READY

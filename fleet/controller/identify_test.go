@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -78,19 +77,7 @@ func TestIdentifyWindowFromAnswer(t *testing.T) {
 	h.checkin("a", 4, 0)
 	h.clock.Advance(5 * time.Second)
 	ctx := context.Background()
-	db, err := sql.Open("sqlite3", h.path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	lock, err := db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lock.Close()
-	if _, err := lock.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
-		t.Fatal(err)
-	}
+	release := h.holdWrites()
 	type answer struct {
 		r   appliance.IdentifyResponse
 		err error
@@ -115,9 +102,7 @@ func TestIdentifyWindowFromAnswer(t *testing.T) {
 	}
 	h.clock.Advance(400 * time.Millisecond) // the commit is slow
 	wantRefusal(t, h.claim("a", 1), appliance.ReasonBucketBusy, 5000, "shard 1 while 0's grant still commits")
-	if _, err := lock.ExecContext(ctx, `ROLLBACK`); err != nil {
-		t.Fatal(err)
-	}
+	release()
 	a := <-done
 	if a.err != nil {
 		t.Fatal(a.err)

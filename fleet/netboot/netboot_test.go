@@ -2,7 +2,6 @@ package netboot
 
 import (
 	"context"
-	"database/sql"
 	"io"
 	"net"
 	"net/http"
@@ -13,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	_ "github.com/mattn/go-sqlite3"
 	packtftp "pack.ag/tftp"
 
 	"github.com/discord-pxe/dpxe/fleet/netboot/inventory"
+	"github.com/discord-pxe/dpxe/fleet/store"
 )
 
 func freePort(t *testing.T, network string) int {
@@ -40,15 +39,12 @@ func freePort(t *testing.T, network string) int {
 func TestServeTFTPAndHTTP(t *testing.T) {
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "kernel.bin"), []byte("KERNEL"), 0o644)
-	db, err := sql.Open("sqlite3", filepath.Join(dir, "inv.db"))
+	st, err := store.Open(context.Background(), filepath.Join(dir, "inv.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
-	if err := inventory.Migrate(context.Background(), db); err != nil {
-		t.Fatal(err)
-	}
-	inv := &inventory.SQL{DB: db}
+	defer st.Close()
+	inv := st.Netboot()
 	tport, hport := freePort(t, "udp4"), freePort(t, "tcp4")
 	cfg := Config{
 		ServerIP: netip.MustParseAddr("127.0.0.1"),

@@ -35,7 +35,7 @@ func (s *Store) NodeAuth(ctx context.Context, id string) (Auth, error) {
 	var addr sql.NullString
 	var created int64
 	var issued, expires sql.NullInt64
-	err := s.db.QueryRowContext(ctx, `SELECT n.cred_hash, n.created_at, e.cred_hash, e.address, e.issued_at, e.expires
+	err := s.queryRow(ctx, `SELECT n.cred_hash, n.created_at, e.cred_hash, e.address, e.issued_at, e.expires
 		FROM nodes n LEFT JOIN enrollments e ON e.node_id = n.id WHERE n.id = ?`, id).
 		Scan(&a.CredHash, &created, &eh, &addr, &issued, &expires)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -54,18 +54,15 @@ func (s *Store) NodeAuth(ctx context.Context, id string) (Auth, error) {
 // PutEnrollment stores id's pending enrollment, replacing an older one;
 // ErrNotFound if the node does not exist.
 func (s *Store) PutEnrollment(ctx context.Context, id string, e Enrollment) error {
-	res, err := s.db.ExecContext(ctx, `INSERT INTO enrollments(node_id, cred_hash, address, issued_at, expires)
-		SELECT id, ?, ?, ?, ? FROM nodes WHERE id = ?
+	// The foreign key on node_id refuses an unknown node.
+	_, err := s.exec(ctx, `INSERT INTO enrollments(node_id, cred_hash, address, issued_at, expires) VALUES(?, ?, ?, ?, ?)
 		ON CONFLICT(node_id) DO UPDATE SET cred_hash = excluded.cred_hash, address = excluded.address,
 			issued_at = excluded.issued_at, expires = excluded.expires`,
-		e.CredHash, e.Address, ms(e.IssuedAt), ms(e.Expires), id)
-	if err != nil {
-		return err
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
+		id, e.CredHash, e.Address, ms(e.IssuedAt), ms(e.Expires))
+	if isConstraint(err, foreignKey) {
 		return fmt.Errorf("node %s: %w", id, ErrNotFound)
 	}
-	return nil
+	return err
 }
 
 // CompleteEnrollment makes id's pending enrollment, whose credential hash
@@ -73,19 +70,19 @@ func (s *Store) PutEnrollment(ctx context.Context, id string, e Enrollment) erro
 // transaction. ErrNotFound if there is no such pending enrollment (it was
 // redeemed or replaced meanwhile).
 func (s *Store) CompleteEnrollment(ctx context.Context, id string, credHash []byte) error {
-	tx, err := s.db.BeginTx(ctx, nil)
+	tx, err := s.begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
-	res, err := tx.ExecContext(ctx, `DELETE FROM enrollments WHERE node_id = ? AND cred_hash = ?`, id, credHash)
+	res, err := tx.exec(ctx, `DELETE FROM enrollments WHERE node_id = ? AND cred_hash = ?`, id, credHash)
 	if err != nil {
 		return err
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
 		return fmt.Errorf("enrollment of node %s: %w", id, ErrNotFound)
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE nodes SET cred_hash = ? WHERE id = ?`, credHash, id); err != nil {
+	if _, err := tx.exec(ctx, `UPDATE nodes SET cred_hash = ? WHERE id = ?`, credHash, id); err != nil {
 		return err
 	}
 	return tx.Commit()

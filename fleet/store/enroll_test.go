@@ -6,11 +6,15 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/discord-pxe/dpxe/fleet/store/pgtest"
 )
 
-func TestEnrollmentLifecycle(t *testing.T) {
+func TestEnrollmentLifecycle(t *testing.T) { pgtest.Each(t, enrollmentLifecycle) }
+
+func enrollmentLifecycle(t *testing.T, dsn string) {
 	ctx := context.Background()
-	s, _ := openTemp(t)
+	s := openDSN(t, dsn)
 	defer s.Close()
 	old, enr := bytes.Repeat([]byte{1}, 32), bytes.Repeat([]byte{2}, 32)
 	at := time.UnixMilli(1_700_000_000_000).UTC()

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 )
@@ -115,8 +116,8 @@ func (b *Batch) Empty() bool {
 // CreateNode adds a node with its credential hash. It returns ErrExists if
 // the ID is taken.
 func (s *Store) CreateNode(ctx context.Context, id string, credHash []byte, at time.Time) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO nodes(id, cred_hash, created_at) VALUES(?, ?, ?)`, id, credHash, ms(at))
-	if err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed") {
+	_, err := s.exec(ctx, `INSERT INTO nodes(id, cred_hash, created_at) VALUES(?, ?, ?)`, id, credHash, ms(at))
+	if isConstraint(err, unique) {
 		return fmt.Errorf("node %s: %w", id, ErrExists)
 	}
 	return err
@@ -126,19 +127,19 @@ func (s *Store) CreateNode(ctx context.Context, id string, credHash []byte, at t
 // network enrollment, if any (the operator's credential is the one that
 // counts); ErrNotFound if the node does not exist.
 func (s *Store) SetCredential(ctx context.Context, id string, credHash []byte) error {
-	tx, err := s.db.BeginTx(ctx, nil)
+	tx, err := s.begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
-	res, err := tx.ExecContext(ctx, `UPDATE nodes SET cred_hash = ? WHERE id = ?`, credHash, id)
+	res, err := tx.exec(ctx, `UPDATE nodes SET cred_hash = ? WHERE id = ?`, credHash, id)
 	if err != nil {
 		return err
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
 		return fmt.Errorf("node %s: %w", id, ErrNotFound)
 	}
-	if _, err := tx.ExecContext(ctx, `DELETE FROM enrollments WHERE node_id = ?`, id); err != nil {
+	if _, err := tx.exec(ctx, `DELETE FROM enrollments WHERE node_id = ?`, id); err != nil {
 		return err
 	}
 	return tx.Commit()
@@ -149,17 +150,18 @@ const nodeColumns = `id, cred_hash, created_at, draining, capacity, first_seen, 
 
 func scanNode(sc interface{ Scan(...any) error }) (Node, error) {
 	var n Node
-	var created, first, last, deadline int64
-	err := sc.Scan(&n.ID, &n.CredHash, &created, &n.Draining, &n.Capacity, &first, &last, &deadline,
-		&n.Live, &n.AckedGeneration, &n.Held, &n.Address, &n.Ready, &n.Starting, &n.Backoff, &n.Fatal)
+	var created, first, last, deadline, draining, live int64
+	err := sc.Scan(&n.ID, &n.CredHash, &created, &draining, &n.Capacity, &first, &last, &deadline,
+		&live, &n.AckedGeneration, &n.Held, &n.Address, &n.Ready, &n.Starting, &n.Backoff, &n.Fatal)
 	n.NodeState.ID = n.ID
+	n.Draining, n.Live = draining != 0, live != 0
 	n.CreatedAt, n.FirstSeen, n.LastSeen, n.LeaseDeadline = fromMS(created), fromMS(first), fromMS(last), fromMS(deadline)
 	return n, err
 }
 
 // Nodes returns every node, ordered by ID.
 func (s *Store) Nodes(ctx context.Context) ([]Node, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+nodeColumns+` FROM nodes ORDER BY id`)
+	rows, err := s.query(ctx, `SELECT `+nodeColumns+` FROM nodes ORDER BY id`)
 	if err != nil {
 		return nil, err
 	}
@@ -177,7 +179,7 @@ func (s *Store) Nodes(ctx context.Context) ([]Node, error) {
 
 // Node returns one node or ErrNotFound.
 func (s *Store) Node(ctx context.Context, id string) (Node, error) {
-	n, err := scanNode(s.db.QueryRowContext(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE id = ?`, id))
+	n, err := scanNode(s.queryRow(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Node{}, fmt.Errorf("node %s: %w", id, ErrNotFound)
 	}
@@ -188,7 +190,7 @@ func (s *Store) Node(ctx context.Context, id string) (Node, error) {
 func (s *Store) LoadPlan(ctx context.Context) (p Plan, ok bool, err error) {
 	var ranges string
 	var changed int64
-	err = s.db.QueryRowContext(ctx, `SELECT generation, total_shards, ranges, changed_at FROM plan WHERE id = 1`).
+	err = s.queryRow(ctx, `SELECT generation, total_shards, ranges, changed_at FROM plan WHERE id = 1`).
 		Scan(&p.Generation, &p.TotalShards, &ranges, &changed)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Plan{}, false, nil
@@ -212,7 +214,7 @@ func (s *Store) ShardStatuses(ctx context.Context, nodeID string) ([]ShardStatus
 		q += ` WHERE node_id = ?`
 		args = append(args, nodeID)
 	}
-	rows, err := s.db.QueryContext(ctx, q+` ORDER BY shard_id`, args...)
+	rows, err := s.query(ctx, q+` ORDER BY shard_id`, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -220,11 +222,12 @@ func (s *Store) ShardStatuses(ctx context.Context, nodeID string) ([]ShardStatus
 	var out []ShardStatus
 	for rows.Next() {
 		var st ShardStatus
-		var at int64
-		if err := rows.Scan(&st.ShardID, &st.NodeID, &st.State, &st.SeqValid, &st.HeartbeatAcks, &st.HeartbeatMisses,
+		var at, seqValid int64
+		if err := rows.Scan(&st.ShardID, &st.NodeID, &st.State, &seqValid, &st.HeartbeatAcks, &st.HeartbeatMisses,
 			&st.Reconnects, &st.LastError, &st.CloseCode, &at); err != nil {
 			return nil, err
 		}
+		st.SeqValid = seqValid != 0
 		st.UpdatedAt = fromMS(at)
 		out = append(out, st)
 	}
@@ -233,7 +236,7 @@ func (s *Store) ShardStatuses(ctx context.Context, nodeID string) ([]ShardStatus
 
 // BucketGrants returns the last grant of every bucket.
 func (s *Store) BucketGrants(ctx context.Context) ([]BucketGrant, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT bucket, granted_at, shard_id, node_id FROM identify_buckets ORDER BY bucket`)
+	rows, err := s.query(ctx, `SELECT bucket, granted_at, shard_id, node_id FROM identify_buckets ORDER BY bucket`)
 	if err != nil {
 		return nil, err
 	}
@@ -254,7 +257,7 @@ func (s *Store) BucketGrants(ctx context.Context) ([]BucketGrant, error) {
 // LoadBudget returns the stored session budget; ok is false if none.
 func (s *Store) LoadBudget(ctx context.Context) (b Budget, ok bool, err error) {
 	var reset int64
-	err = s.db.QueryRowContext(ctx, `SELECT total, remaining, reset_at FROM session_budget WHERE id = 1`).Scan(&b.Total, &b.Remaining, &reset)
+	err = s.queryRow(ctx, `SELECT total, remaining, reset_at FROM session_budget WHERE id = 1`).Scan(&b.Total, &b.Remaining, &reset)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Budget{}, false, nil
 	}
@@ -273,25 +276,129 @@ func (s *Store) Events(ctx context.Context, after int64, kind string, limit int)
 	}
 	q += ` ORDER BY id LIMIT ?`
 	args = append(args, limit)
-	rows, err := s.db.QueryContext(ctx, q, args...)
+	return s.events(ctx, q, args...)
+}
+
+// EventQuery selects audit-log entries for EventLog. Empty fields match
+// everything.
+type EventQuery struct {
+	NodeID string
+	Kind   string
+	Before int64 // only entries with a smaller ID; 0 for the newest
+	Limit  int
+}
+
+// EventLog returns up to f.Limit of the newest events that match f, newest
+// first.
+func (s *Store) EventLog(ctx context.Context, f EventQuery) ([]Event, error) {
+	out := []Event{}
+	err := s.ScanEventLog(ctx, f, func(e Event) bool {
+		out = append(out, e)
+		return true
+	})
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
+	return out, nil
+}
+
+// ScanEventLog calls fn with up to f.Limit of the newest events that match
+// f, newest first, reading them one at a time, until fn returns false.
+func (s *Store) ScanEventLog(ctx context.Context, f EventQuery, fn func(Event) bool) error {
+	var where []string
+	var args []any
+	if f.NodeID != "" {
+		where = append(where, "node_id = ?")
+		args = append(args, f.NodeID)
+	}
+	if f.Kind != "" {
+		where = append(where, "kind = ?")
+		args = append(args, f.Kind)
+	}
+	if f.Before > 0 {
+		where = append(where, "id < ?")
+		args = append(args, f.Before)
+	}
+	q := `SELECT id, at, kind, node_id, shard_id, detail FROM events`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += " ORDER BY id DESC LIMIT ?"
+	args = append(args, f.Limit)
+	return s.scanEvents(ctx, fn, q, args...)
+}
+
+// events runs a query of the event columns and returns its rows.
+func (s *Store) events(ctx context.Context, q string, args ...any) ([]Event, error) {
 	out := []Event{}
+	err := s.scanEvents(ctx, func(e Event) bool {
+		out = append(out, e)
+		return true
+	}, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// scanEvents runs a query of the event columns and calls fn with each row
+// until fn returns false.
+func (s *Store) scanEvents(ctx context.Context, fn func(Event) bool, q string, args ...any) error {
+	rows, err := s.query(ctx, q, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
 	for rows.Next() {
 		var e Event
 		var at int64
 		var shard sql.NullInt64
 		if err := rows.Scan(&e.ID, &at, &e.Kind, &e.NodeID, &shard, &e.Detail); err != nil {
-			return nil, err
+			return err
 		}
 		e.At = fromMS(at)
 		if shard.Valid {
 			v := uint32(shard.Int64)
 			e.ShardID = &v
 		}
-		out = append(out, e)
+		if !fn(e) {
+			return nil
+		}
+	}
+	return rows.Err()
+}
+
+// ShardEventIDs is, for one shard, the ID of its newest event of each of
+// two kinds; 0 when it has none of that kind.
+type ShardEventIDs struct {
+	ShardID uint32
+	LastA   int64
+	LastB   int64
+}
+
+// LastShardEvents returns, for every shard with an event of kind a or b
+// whose detail is detail, the IDs of its newest event of each kind.
+func (s *Store) LastShardEvents(ctx context.Context, a, b, detail string) ([]ShardEventIDs, error) {
+	rows, err := s.query(ctx,
+		`SELECT shard_id, COALESCE(MAX(CASE WHEN kind = ? THEN id END), 0), COALESCE(MAX(CASE WHEN kind = ? THEN id END), 0)
+		 FROM events WHERE kind IN (?, ?) AND detail = ? AND shard_id IS NOT NULL GROUP BY shard_id ORDER BY shard_id`,
+		a, b, a, b, detail)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []ShardEventIDs
+	for rows.Next() {
+		var shard int64
+		var x ShardEventIDs
+		if err := rows.Scan(&shard, &x.LastA, &x.LastB); err != nil {
+			return nil, err
+		}
+		if shard < 0 || shard > math.MaxUint32 {
+			continue
+		}
+		x.ShardID = uint32(shard)
+		out = append(out, x)
 	}
 	return out, rows.Err()
 }
@@ -307,16 +414,17 @@ func (s *Store) Apply(ctx context.Context, b *Batch) (err error) {
 		return err
 	}
 	defer conn.Close()
-	if b.Durable {
+	if b.Durable && s.dialect == dialectSQLite {
 		if _, err := conn.ExecContext(ctx, `PRAGMA synchronous = FULL`); err != nil {
 			return err
 		}
 		defer conn.ExecContext(context.WithoutCancel(ctx), `PRAGMA synchronous = NORMAL`)
 	}
-	tx, err := conn.BeginTx(ctx, nil)
+	sqlTx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
+	tx := &txn{sqlTx, s}
 	defer func() {
 		if err != nil {
 			tx.Rollback()
@@ -327,7 +435,7 @@ func (s *Store) Apply(ctx context.Context, b *Batch) (err error) {
 		if err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO plan(id, generation, total_shards, ranges, changed_at) VALUES(1, ?, ?, ?, ?)
+		if _, err := tx.exec(ctx, `INSERT INTO plan(id, generation, total_shards, ranges, changed_at) VALUES(1, ?, ?, ?, ?)
 			ON CONFLICT(id) DO UPDATE SET generation = excluded.generation, total_shards = excluded.total_shards,
 			ranges = excluded.ranges, changed_at = excluded.changed_at`,
 			b.Plan.Generation, b.Plan.TotalShards, string(ranges), ms(b.Plan.ChangedAt)); err != nil {
@@ -335,7 +443,7 @@ func (s *Store) Apply(ctx context.Context, b *Batch) (err error) {
 		}
 	}
 	if len(b.Nodes) > 0 {
-		st, err := tx.PrepareContext(ctx, `UPDATE nodes SET draining = ?, capacity = ?, first_seen = ?, last_seen = ?,
+		st, err := tx.prepare(ctx, `UPDATE nodes SET draining = ?, capacity = ?, first_seen = ?, last_seen = ?,
 			lease_deadline = ?, live = ?, acked_generation = ?, held = ?, address = ?, ready_shards = ?,
 			starting_shards = ?, backoff_shards = ?, fatal_shards = ? WHERE id = ?`)
 		if err != nil {
@@ -343,14 +451,14 @@ func (s *Store) Apply(ctx context.Context, b *Batch) (err error) {
 		}
 		defer st.Close()
 		for _, n := range b.Nodes {
-			if _, err := st.ExecContext(ctx, n.Draining, n.Capacity, ms(n.FirstSeen), ms(n.LastSeen), ms(n.LeaseDeadline),
-				n.Live, n.AckedGeneration, n.Held, n.Address, n.Ready, n.Starting, n.Backoff, n.Fatal, n.ID); err != nil {
+			if _, err := st.ExecContext(ctx, b2i(n.Draining), n.Capacity, ms(n.FirstSeen), ms(n.LastSeen), ms(n.LeaseDeadline),
+				b2i(n.Live), n.AckedGeneration, n.Held, n.Address, n.Ready, n.Starting, n.Backoff, n.Fatal, n.ID); err != nil {
 				return fmt.Errorf("node %s: %w", n.ID, err)
 			}
 		}
 	}
 	if len(b.ShardStatus) > 0 {
-		st, err := tx.PrepareContext(ctx, `INSERT INTO shard_status(shard_id, node_id, state, seq_valid, heartbeat_acks,
+		st, err := tx.prepare(ctx, `INSERT INTO shard_status(shard_id, node_id, state, seq_valid, heartbeat_acks,
 			heartbeat_misses, reconnects, last_error, close_code, updated_at) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT(shard_id) DO UPDATE SET node_id = excluded.node_id, state = excluded.state,
 			seq_valid = excluded.seq_valid, heartbeat_acks = excluded.heartbeat_acks,
@@ -361,28 +469,28 @@ func (s *Store) Apply(ctx context.Context, b *Batch) (err error) {
 		}
 		defer st.Close()
 		for _, x := range b.ShardStatus {
-			if _, err := st.ExecContext(ctx, x.ShardID, x.NodeID, x.State, x.SeqValid, x.HeartbeatAcks, x.HeartbeatMisses,
+			if _, err := st.ExecContext(ctx, x.ShardID, x.NodeID, x.State, b2i(x.SeqValid), x.HeartbeatAcks, x.HeartbeatMisses,
 				x.Reconnects, x.LastError, x.CloseCode, ms(x.UpdatedAt)); err != nil {
 				return fmt.Errorf("shard status %d: %w", x.ShardID, err)
 			}
 		}
 	}
 	for _, g := range b.Buckets {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO identify_buckets(bucket, granted_at, shard_id, node_id) VALUES(?, ?, ?, ?)
+		if _, err := tx.exec(ctx, `INSERT INTO identify_buckets(bucket, granted_at, shard_id, node_id) VALUES(?, ?, ?, ?)
 			ON CONFLICT(bucket) DO UPDATE SET granted_at = excluded.granted_at, shard_id = excluded.shard_id, node_id = excluded.node_id`,
 			g.Bucket, ms(g.GrantedAt), g.ShardID, g.NodeID); err != nil {
 			return fmt.Errorf("bucket %d: %w", g.Bucket, err)
 		}
 	}
 	if b.Budget != nil {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO session_budget(id, total, remaining, reset_at) VALUES(1, ?, ?, ?)
+		if _, err := tx.exec(ctx, `INSERT INTO session_budget(id, total, remaining, reset_at) VALUES(1, ?, ?, ?)
 			ON CONFLICT(id) DO UPDATE SET total = excluded.total, remaining = excluded.remaining, reset_at = excluded.reset_at`,
 			b.Budget.Total, b.Budget.Remaining, ms(b.Budget.ResetAt)); err != nil {
 			return fmt.Errorf("budget: %w", err)
 		}
 	}
 	if len(b.Events) > 0 {
-		st, err := tx.PrepareContext(ctx, `INSERT INTO events(at, kind, node_id, shard_id, detail) VALUES(?, ?, ?, ?, ?)`)
+		st, err := tx.prepare(ctx, `INSERT INTO events(at, kind, node_id, shard_id, detail) VALUES(?, ?, ?, ?, ?)`)
 		if err != nil {
 			return err
 		}
@@ -396,7 +504,7 @@ func (s *Store) Apply(ctx context.Context, b *Batch) (err error) {
 				return fmt.Errorf("event: %w", err)
 			}
 		}
-		if _, err := tx.ExecContext(ctx, `DELETE FROM events WHERE id <= (SELECT MAX(id) FROM events) - ?`, s.maxEvents); err != nil {
+		if _, err := tx.exec(ctx, `DELETE FROM events WHERE id <= (SELECT MAX(id) FROM events) - ?`, s.maxEvents); err != nil {
 			return fmt.Errorf("prune events: %w", err)
 		}
 	}

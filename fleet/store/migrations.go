@@ -3,10 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
-
-	"github.com/discord-pxe/dpxe/fleet/netboot/inventory"
 )
 
 // migration is one numbered schema change. Versions are 1, 2, 3... in list
@@ -22,10 +19,7 @@ type migration struct {
 // file's version, each in its own transaction.
 var migrations = []migration{
 	{1, "controller inventory", schemaV1},
-	// The netboot services' tables (discovered MACs, boot timelines, DHCP
-	// leases). inventory.Migrations is frozen as this migration: a later
-	// change to those tables is a new entry here.
-	{2, "netboot inventory", strings.Join(inventory.Migrations, ";\n") + ";"},
+	{2, "netboot inventory", schemaV2},
 	{3, "netboot enrollments", schemaV3},
 }
 
@@ -43,6 +37,35 @@ CREATE TABLE enrollments (
 	expires   INTEGER NOT NULL
 );
 `
+
+// schemaV2 holds the netboot services' tables (netboot.go): discovered and
+// approved MACs, boot timelines and DHCP leases. Until the store owned
+// them it was the statement list inventory.Migrations joined by ";\n";
+// the text is unchanged. Times are Unix milliseconds.
+const schemaV2 = `CREATE TABLE netboot_nodes (
+		mac        TEXT PRIMARY KEY,            -- MACKey form, 52-54-00-12-34-56
+		state      TEXT NOT NULL CHECK (state IN ('discovered','approved','retired')),
+		node_id    TEXT UNIQUE,                 -- set on approval
+		credential TEXT,                        -- set on approval
+		firmware   TEXT NOT NULL DEFAULT 'unknown',
+		ip         TEXT NOT NULL DEFAULT '',
+		first_seen INTEGER NOT NULL,            -- unix milliseconds
+		last_seen  INTEGER NOT NULL
+	);
+CREATE TABLE netboot_events (
+		id     INTEGER PRIMARY KEY AUTOINCREMENT,
+		mac    TEXT NOT NULL,
+		stage  TEXT NOT NULL,
+		detail TEXT NOT NULL DEFAULT '',
+		at     INTEGER NOT NULL                 -- unix milliseconds
+	);
+CREATE INDEX netboot_events_mac ON netboot_events (mac, id);
+CREATE TABLE netboot_leases (
+		ip       TEXT PRIMARY KEY,
+		mac      TEXT NOT NULL DEFAULT '',      -- '' for a declined address
+		expiry   INTEGER NOT NULL,              -- unix milliseconds
+		declined INTEGER NOT NULL DEFAULT 0
+	);`
 
 // schemaV1 is the controller's inventory. Times are Unix milliseconds, 0
 // meaning never.
@@ -114,10 +137,17 @@ CREATE INDEX events_kind ON events(kind, id);
 
 // migrate applies the migrations newer than the file's recorded version.
 func (s *Store) migrate(ctx context.Context) error {
-	if _, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+	if s.dialect == dialectPostgres {
+		unlock, err := s.lockMigrations(ctx)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+	}
+	if _, err := s.db.ExecContext(ctx, s.ddl(`CREATE TABLE IF NOT EXISTS schema_migrations (
 		version    INTEGER PRIMARY KEY,
 		name       TEXT NOT NULL,
-		applied_at INTEGER NOT NULL)`); err != nil {
+		applied_at INTEGER NOT NULL)`)); err != nil {
 		return fmt.Errorf("schema_migrations: %w", err)
 	}
 	have, err := s.SchemaVersion(ctx)
@@ -134,15 +164,15 @@ func (s *Store) migrate(ctx context.Context) error {
 		if m.version <= have {
 			continue
 		}
-		tx, err := s.db.BeginTx(ctx, nil)
+		tx, err := s.begin(ctx)
 		if err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+		if _, err := tx.ExecContext(ctx, s.ddl(m.sql)); err != nil {
 			tx.Rollback()
 			return fmt.Errorf("migration %d (%s): %w", m.version, m.name, err)
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations(version, name, applied_at) VALUES(?, ?, ?)`,
+		if _, err := tx.exec(ctx, `INSERT INTO schema_migrations(version, name, applied_at) VALUES(?, ?, ?)`,
 			m.version, m.name, time.Now().UnixMilli()); err != nil {
 			tx.Rollback()
 			return err
@@ -154,9 +184,17 @@ func (s *Store) migrate(ctx context.Context) error {
 	return nil
 }
 
+// ddl returns a migration's statements in the store's dialect.
+func (s *Store) ddl(sql string) string {
+	if s.dialect == dialectPostgres {
+		return postgresDDL(sql)
+	}
+	return sql
+}
+
 // SchemaVersion returns the highest applied migration version, 0 for none.
 func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
 	var v int
-	err := s.db.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&v)
+	err := s.queryRow(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&v)
 	return v, err
 }

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/discord-pxe/dpxe/fleet/store/pgtest"
 )
 
 func openTemp(t *testing.T) (*Store, string) {
@@ -21,20 +23,37 @@ func openTemp(t *testing.T) (*Store, string) {
 	return s, path
 }
 
-func TestOpenMigratesAndPragmas(t *testing.T) {
+func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
+
+// openDSN opens the store at dsn (a SQLite path or a PostgreSQL URL).
+func openDSN(t *testing.T, dsn string) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestOpenMigratesAndPragmas(t *testing.T) { pgtest.Each(t, testOpenMigratesAndPragmas) }
+
+func testOpenMigratesAndPragmas(t *testing.T, path string) {
 	ctx := context.Background()
-	s, path := openTemp(t)
+	s := openDSN(t, path)
 	v, err := s.SchemaVersion(ctx)
 	if err != nil || v != len(migrations) {
 		t.Fatalf("schema version %d, %v; want %d", v, err, len(migrations))
 	}
-	var mode string
-	var fk, timeout int
-	s.DB().QueryRow(`PRAGMA journal_mode`).Scan(&mode)
-	s.DB().QueryRow(`PRAGMA foreign_keys`).Scan(&fk)
-	s.DB().QueryRow(`PRAGMA busy_timeout`).Scan(&timeout)
-	if mode != "wal" || fk != 1 || timeout != int(busyTimeout.Milliseconds()) {
-		t.Fatalf("journal_mode %q foreign_keys %d busy_timeout %d", mode, fk, timeout)
+	if s.dialect == dialectSQLite {
+		var mode string
+		var fk, timeout int
+		s.DB().QueryRow(`PRAGMA journal_mode`).Scan(&mode)
+		s.DB().QueryRow(`PRAGMA foreign_keys`).Scan(&fk)
+		s.DB().QueryRow(`PRAGMA busy_timeout`).Scan(&timeout)
+		if mode != "wal" || fk != 1 || timeout != int(busyTimeout.Milliseconds()) {
+			t.Fatalf("journal_mode %q foreign_keys %d busy_timeout %d", mode, fk, timeout)
+		}
 	}
 	s.Close()
 	// Reopening applies nothing new and keeps the version.
@@ -62,7 +81,9 @@ func TestMigrationListIsNumbered(t *testing.T) {
 	}
 }
 
-func TestNodesBatchRoundTrip(t *testing.T) {
+func TestNodesBatchRoundTrip(t *testing.T) { pgtest.Each(t, nodesBatchRoundTrip) }
+
+func nodesBatchRoundTrip(t *testing.T, dsn string) {
 	ctx := context.Background()
 	s, path := openTemp(t)
 	now := time.UnixMilli(1_700_000_000_123).UTC()
@@ -133,7 +154,9 @@ func TestNodesBatchRoundTrip(t *testing.T) {
 	}
 }
 
-func TestEventsAreBounded(t *testing.T) {
+func TestEventsAreBounded(t *testing.T) { pgtest.Each(t, eventsAreBounded) }
+
+func eventsAreBounded(t *testing.T, dsn string) {
 	ctx := context.Background()
 	s, _ := openTemp(t)
 	defer s.Close()

@@ -9,7 +9,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -24,11 +23,10 @@ import (
 	"testing"
 	"time"
 
-	_ "github.com/mattn/go-sqlite3"
-
 	"github.com/discord-pxe/dpxe/fleet/netboot"
 	"github.com/discord-pxe/dpxe/fleet/netboot/dhcp"
 	"github.com/discord-pxe/dpxe/fleet/netboot/inventory"
+	"github.com/discord-pxe/dpxe/fleet/store"
 	"github.com/discord-pxe/dpxe/image/qemu"
 	"github.com/discord-pxe/dpxe/tools/netns"
 )
@@ -78,12 +76,10 @@ func TestNetbootHelperProcess(t *testing.T) {
 	os.Exit(0)
 }
 
-func nbOpenDB(path string) (*sql.DB, error) {
-	db, err := sql.Open("sqlite3", path+"?_busy_timeout=10000&_journal_mode=WAL")
-	if err != nil {
-		return nil, err
-	}
-	return db, nil
+// nbOpenStore opens the inventory file the test and its helper process
+// share; the first to open it applies the schema.
+func nbOpenStore(path string) (*store.Store, error) {
+	return store.Open(context.Background(), path)
 }
 
 func nbRunHelper(hc nbHelperConfig) error {
@@ -92,18 +88,11 @@ func nbRunHelper(hc nbHelperConfig) error {
 		level = slog.LevelInfo
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	db, err := nbOpenDB(hc.DB)
+	st, err := nbOpenStore(hc.DB)
 	if err != nil {
 		return err
 	}
-	var tables int
-	db.QueryRow(`SELECT count(*) FROM sqlite_master WHERE name = 'netboot_nodes'`).Scan(&tables)
-	if tables == 0 {
-		if err := inventory.Migrate(context.Background(), db); err != nil {
-			return err
-		}
-	}
-	inv := &inventory.SQL{DB: db}
+	inv := st.Netboot()
 	cfg := netboot.Config{
 		Interface: hc.Interface, ServerIP: netip.MustParseAddr(hc.ServerIP),
 		HTTPAddr: hc.HTTPAddr, BootDir: hc.BootDir, IPXEDir: hc.IPXEDir,
@@ -168,7 +157,7 @@ type nbEnv struct {
 	serverIP netip.Addr
 	prefix   netip.Prefix
 	base     string // http://server:8080
-	inv      *inventory.SQL
+	inv      *store.NetbootInventory
 	kernel   string
 	logs     *nbBuffer
 	bootDir  string
@@ -225,15 +214,12 @@ func newNbEnvWith(t testing.TB, mode string, adjust func(*nbHelperConfig)) *nbEn
 	os.Mkdir(bootDir, 0o755)
 	nbCopyFile(t, kernel, filepath.Join(bootDir, "kernel.bin"))
 	dbPath := filepath.Join(dir, "dpxe.db")
-	db, err := nbOpenDB(dbPath)
+	st, err := nbOpenStore(dbPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { db.Close() })
-	if err := inventory.Migrate(ctx, db); err != nil {
-		t.Fatal(err)
-	}
-	e := &nbEnv{t: t, ns: ns, serverIP: server, prefix: prefix, inv: &inventory.SQL{DB: db},
+	t.Cleanup(func() { st.Close() })
+	e := &nbEnv{t: t, ns: ns, serverIP: server, prefix: prefix, inv: st.Netboot(),
 		kernel: kernel, logs: &nbBuffer{}, bootDir: bootDir,
 		base: "http://" + server.String() + ":8080"}
 	hc := nbHelperConfig{

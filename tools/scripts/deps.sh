@@ -2,14 +2,15 @@
 # deps.sh GROUP... installs the Debian packages a make target needs, only
 # those that are missing, so a fresh Debian machine can run `make test`.
 # Groups: build (nasm), smoke (what dpxe smoke boots with: QEMU, OVMF,
-# iPXE), test (QEMU, firmware, netboot peers, browser), bench (side-by-side
-# peers). Needs root (or sudo) when something is missing.
+# iPXE), test (QEMU, firmware, netboot peers, browser, PostgreSQL for the
+# store's second backend), bench (side-by-side peers). Needs root (or sudo)
+# when something is missing.
 set -euo pipefail
 
 declare -A want=(
   [build]="nasm"
   [smoke]="qemu-system-x86 ovmf ipxe"
-  [test]="nasm qemu-system-x86 qemu-utils ovmf ipxe busybox dnsmasq-base tftp-hpa curl iproute2 chromium kmod mount util-linux e2fsprogs"
+  [test]="nasm qemu-system-x86 qemu-utils ovmf ipxe busybox dnsmasq-base tftp-hpa curl iproute2 chromium kmod mount util-linux e2fsprogs postgresql"
   # linux-image-amd64: the Linux guest of BenchmarkKernelTCPDownload32MiB
   [bench]="tftpd-hpa hyperfine linux-image-amd64"
 )

@@ -3,7 +3,6 @@ package dhcp
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"net"
 	"net/netip"
 	"path/filepath"
@@ -13,9 +12,9 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/iana"
-	_ "github.com/mattn/go-sqlite3"
 
 	"github.com/discord-pxe/dpxe/fleet/netboot/inventory"
+	"github.com/discord-pxe/dpxe/fleet/store"
 )
 
 var serverIP = netip.MustParseAddr("10.9.0.1")
@@ -56,21 +55,14 @@ func (r *recorder) BootAnswered(mac net.HardwareAddr, approved bool) {
 	r.mu.Unlock()
 }
 
-func openStore(t testing.TB, path string) *inventory.SQL {
+func openStore(t testing.TB, path string) *store.NetbootInventory {
 	t.Helper()
-	db, err := sql.Open("sqlite3", path+"?_busy_timeout=5000&_journal_mode=WAL")
+	st, err := store.Open(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { db.Close() })
-	var n int
-	db.QueryRow(`SELECT count(*) FROM sqlite_master WHERE name = 'netboot_leases'`).Scan(&n)
-	if n == 0 {
-		if err := inventory.Migrate(context.Background(), db); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return &inventory.SQL{DB: db}
+	t.Cleanup(func() { st.Close() })
+	return st.Netboot()
 }
 
 func authConfig(pool string) Config {

@@ -2,7 +2,6 @@ package httpboot
 
 import (
 	"context"
-	"database/sql"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/discord-pxe/dpxe/fleet/netboot/bootfiles"
 	"github.com/discord-pxe/dpxe/fleet/netboot/inventory"
+	"github.com/discord-pxe/dpxe/fleet/store"
 )
 
 // FuzzServeHTTP sends arbitrary paths to the boot handler: it must not
@@ -32,14 +32,12 @@ func FuzzServeHTTP(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	db, err := sql.Open("sqlite3", filepath.Join(dir, "inv.db"))
+	st, err := store.Open(context.Background(), filepath.Join(dir, "inv.db"))
 	if err != nil {
 		f.Fatal(err)
 	}
-	if err := inventory.Migrate(context.Background(), db); err != nil {
-		f.Fatal(err)
-	}
-	h, err := New(Config{BaseURL: "http://10.0.0.1:8080", Controller: "http://10.0.0.1:8081", Roots: roots}, &inventory.SQL{DB: db}, nil, nil)
+	f.Cleanup(func() { st.Close() })
+	h, err := New(Config{BaseURL: "http://10.0.0.1:8080", Controller: "http://10.0.0.1:8081", Roots: roots}, st.Netboot(), nil, nil)
 	if err != nil {
 		f.Fatal(err)
 	}

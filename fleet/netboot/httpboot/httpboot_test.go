@@ -3,7 +3,6 @@ package httpboot
 import (
 	"context"
 	"crypto/rand"
-	"database/sql"
 	"io"
 	"net"
 	"net/http"
@@ -17,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	_ "github.com/mattn/go-sqlite3"
 	"github.com/u-root/u-root/pkg/boot/netboot/ipxe"
 	"github.com/u-root/u-root/pkg/curl"
 	"github.com/u-root/u-root/pkg/ulog"
@@ -25,6 +23,7 @@ import (
 	"github.com/discord-pxe/dpxe/appliance"
 	"github.com/discord-pxe/dpxe/fleet/netboot/bootfiles"
 	"github.com/discord-pxe/dpxe/fleet/netboot/inventory"
+	"github.com/discord-pxe/dpxe/fleet/store"
 )
 
 // rec is a Recorder with the tracker's rules in miniature: owners are the
@@ -33,7 +32,7 @@ import (
 type rec struct {
 	mu      sync.Mutex
 	events  []inventory.Event
-	inv     *inventory.SQL
+	inv     *store.NetbootInventory
 	owners  map[netip.Addr]net.HardwareAddr
 	verify  bool
 	off     bool
@@ -83,18 +82,15 @@ func (r *rec) stages() []string {
 	return s
 }
 
-func setup(t *testing.T) (*httptest.Server, *inventory.SQL, *rec, []byte) {
+func setup(t *testing.T) (*httptest.Server, *store.NetbootInventory, *rec, []byte) {
 	t.Helper()
 	dir := t.TempDir()
-	db, err := sql.Open("sqlite3", filepath.Join(dir, "inv.db"))
+	st, err := store.Open(context.Background(), filepath.Join(dir, "inv.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { db.Close() })
-	if err := inventory.Migrate(context.Background(), db); err != nil {
-		t.Fatal(err)
-	}
-	inv := &inventory.SQL{DB: db}
+	t.Cleanup(func() { st.Close() })
+	inv := st.Netboot()
 	root := filepath.Join(dir, "out")
 	os.Mkdir(root, 0o755)
 	kernel := make([]byte, 200_000)

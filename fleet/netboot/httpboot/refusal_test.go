@@ -15,12 +15,13 @@ import (
 	"github.com/discord-pxe/dpxe/fleet/netboot/bootfiles"
 	"github.com/discord-pxe/dpxe/fleet/netboot/inventory"
 	"github.com/discord-pxe/dpxe/fleet/security"
+	"github.com/discord-pxe/dpxe/fleet/store"
 )
 
 // liveInv is the SQL inventory whose Enroll refuses nodes named in live,
 // as the fleet's does for a node whose lease runs.
 type liveInv struct {
-	*inventory.SQL
+	*store.NetbootInventory
 	live map[string]bool
 }
 
@@ -28,7 +29,7 @@ func (l *liveInv) Enroll(ctx context.Context, n inventory.Node, to netip.Addr) (
 	if l.live[n.ID] {
 		return "", &inventory.LiveError{NodeID: n.ID, RetryAfter: 27 * time.Second}
 	}
-	return l.SQL.Enroll(ctx, n, to)
+	return l.NetbootInventory.Enroll(ctx, n, to)
 }
 
 // TestScriptRefusals performs each refusal of issue 24 at the handler:
@@ -47,7 +48,7 @@ func TestScriptRefusals(t *testing.T) {
 	if err := inv.Approve(ctx, victim, "victim", cred, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	li := &liveInv{SQL: inv, live: map[string]bool{}}
+	li := &liveInv{NetbootInventory: inv, live: map[string]bool{}}
 	refusals := security.New(nil)
 	h, err := New(Config{BaseURL: srv.URL, Controller: "http://10.0.0.1:8080", Roots: mustRoots(t), Retry: 5 * time.Second,
 		Refusals: refusals, EnrollOff: "enrollment is off for this test"}, li, r, nil)

@@ -4,8 +4,8 @@
 //
 // The services depend only on the Inventory and LeaseStore interfaces, so
 // they can be tested alone and the controller can decide policy without
-// knowing about packets. SQL is the SQLite implementation used by
-// `dpxe serve`; its schema is Migrations.
+// knowing about packets. fleet/store implements both over the fleet's
+// database (store.NetbootInventory) and owns their schema.
 package inventory
 
 import (
@@ -162,4 +162,21 @@ var ErrBadMAC = errors.New("inventory: not a 6-byte MAC address")
 // URLs: lower-case hex joined by '-'.
 func MACKey(mac net.HardwareAddr) string {
 	return strings.ReplaceAll(mac.String(), ":", "-")
+}
+
+// MaxEventsPerMAC bounds the stored timeline of one MAC; older events are
+// pruned so a node stuck in a boot loop cannot fill the disk.
+const MaxEventsPerMAC = 500
+
+// DefaultMaxDiscovered bounds the discovered (not approved, not retired)
+// machines an Inventory keeps unless told otherwise (store.NetbootInventory
+// uses it when its MaxDiscovered is zero).
+const DefaultMaxDiscovered = 512
+
+// NodeRecord is one row of the inventory, for listings.
+type NodeRecord struct {
+	Node
+	Firmware            Firmware
+	IP                  string
+	FirstSeen, LastSeen time.Time
 }
