@@ -212,8 +212,8 @@ func (c *conn) admit(shard [2]int, guilds []uint64) {
 	e.counters.identifyAccepted.Add(1)
 
 	e.dispatch(s, "READY", e.readyData(s, c.version))
-	for _, g := range guilds {
-		e.dispatch(s, "GUILD_CREATE", guildCreateData(g, s.created))
+	for k, g := range guilds {
+		e.dispatch(s, "GUILD_CREATE", e.guildCreate(k, g, s.created))
 	}
 	if e.opts.MessagesPerSecond > 0 {
 		go e.runMessages(s)
