@@ -55,7 +55,8 @@ type conn struct {
 	phase      connPhase
 	sess       *session
 	shard      *[2]int
-	hadSession bool // a session was attached to this connection before
+	hadSession bool  // a session was attached to this connection before
+	intents    int64 // of the Identify being admitted
 
 	closing       atomic.Bool // the emulator closed or dropped it
 	draining      atomic.Bool // op 7 sent: no further dispatches
@@ -334,7 +335,11 @@ func (c *conn) handle(frame []byte) {
 			c.fail(KindNotAuthenticated, CloseNotAuthenticated, fmt.Sprintf("op %d before Identify", op))
 			return
 		}
-		// Accepted and ignored: the emulator has no presence, voice or members.
+		if op == OpRequestGuildMembers {
+			c.requestMembers(p.D)
+			return
+		}
+		// Accepted and ignored: the emulator has no presence or voice.
 		if len(p.D) == 0 || string(p.D) == "null" || p.D[0] != '{' {
 			c.fail(KindInvalidPayload, CloseUnknownOpcode, fmt.Sprintf("op %d needs an object in d", op))
 		}

@@ -22,6 +22,7 @@ type session struct {
 	version int // API version of the Identify connection
 	shard   [2]int
 	guilds  []uint64
+	intents int64 // of the Identify
 	created time.Time
 
 	// mu orders dispatches: sequence numbers, the replay buffer and writes
@@ -34,6 +35,7 @@ type session struct {
 	resumes       int
 	expiry        *time.Timer // resume timeout while detached
 	detachedUntil time.Time
+	removed       map[uint64]bool // guilds a guild_delete fault removed
 	stopCh        chan struct{}
 	stopOnce      sync.Once
 }
