@@ -71,7 +71,8 @@ func parseSnowflake(raw json.RawMessage) (uint64, error) {
 	return id, nil
 }
 
-// parseMemberRequest validates op 8's `d`: guild_id a snowflake; exactly
+// parseMemberRequest validates op 8's `d`: guild_id a snowflake (or an
+// array of one); exactly
 // one of query (with limit) and user_ids (one snowflake or up to 100);
 // limit >= 0; presences a boolean; nonce a string (over 32 bytes it is
 // ignored, as Discord does). Unknown fields are refused unless lenient.
@@ -88,7 +89,17 @@ func parseMemberRequest(raw json.RawMessage, lenient bool) (memberRequest, error
 	if len(d.GuildID) == 0 || string(d.GuildID) == "null" {
 		return bad("guild_id", "missing")
 	}
-	g, err := parseSnowflake(d.GuildID)
+	gid := bytes.TrimSpace(d.GuildID)
+	if gid[0] == '[' {
+		// An array of one guild, as older API versions allowed and
+		// libraries still send (discordgo v0.29.0); several are refused.
+		var list []json.RawMessage
+		if err := json.Unmarshal(gid, &list); err != nil || len(list) != 1 {
+			return bad("guild_id", "an array must hold exactly one snowflake, got %.60s", gid)
+		}
+		gid = list[0]
+	}
+	g, err := parseSnowflake(gid)
 	if err != nil {
 		return bad("guild_id", "%v", err)
 	}

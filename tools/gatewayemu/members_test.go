@@ -114,7 +114,7 @@ func TestRequestGuildMembers(t *testing.T) {
 			t.Fatalf("query member %d is %q, want %q", k, m.User.Username, oaks[k])
 		}
 	}
-	c.send(OpRequestGuildMembers, map[string]any{"guild_id": gs, "query": "zzz", "limit": 1})
+	c.send(OpRequestGuildMembers, map[string]any{"guild_id": []string{gs}, "query": "zzz", "limit": 1})
 	if ch := c.chunks(); len(ch) != 1 || len(ch[0].Members) != 0 || ch[0].ChunkCount != 1 {
 		t.Fatalf("no-match answer %+v", ch)
 	}
@@ -228,7 +228,7 @@ func TestRequestGuildMembersInvalid(t *testing.T) {
 	}{
 		{"no guild_id", map[string]any{"query": "", "limit": 0}, "guild_id"},
 		{"guild_id not a snowflake", map[string]any{"guild_id": "abc", "query": "", "limit": 0}, "guild_id"},
-		{"guild_id array", map[string]any{"guild_id": []string{"1"}, "query": "", "limit": 0}, "guild_id"},
+		{"guild_id array of two", map[string]any{"guild_id": []string{"1", "2"}, "query": "", "limit": 0}, "guild_id"},
 		{"neither query nor user_ids", map[string]any{"guild_id": "1"}, "query"},
 		{"both", map[string]any{"guild_id": "1", "query": "", "limit": 0, "user_ids": "1"}, "user_ids"},
 		{"query without limit", map[string]any{"guild_id": "1", "query": "a"}, "limit"},
@@ -271,7 +271,7 @@ func FuzzParseMemberRequest(f *testing.F) {
 		`{"guild_id":"1","user_ids":"2"}`,
 		`{"guild_id":"1","query":"a"}`, `{"guild_id":"0","query":"","limit":0}`,
 		`{"guild_id":"18446744073709551616","query":"","limit":0}`,
-		`{"guild_id":"1","user_ids":[]}`, `{"guild_id":"1","user_ids":null,"query":null}`,
+		`{"guild_id":"1","user_ids":[]}`, `{"guild_id":["1"],"query":"","limit":0}`, `{"guild_id":[],"query":""}`, `{"guild_id":"1","user_ids":null,"query":null}`,
 		`null`, `[]`, `{"guild_id":"1","query":"","limit":0} {}`,
 	} {
 		f.Add([]byte(s), false)
