@@ -37,6 +37,19 @@ func TestParseFlags(t *testing.T) {
 				o.HeartbeatInterval == 2*time.Second && o.SessionStarts == 20 && o.Guilds == 100 &&
 				o.MessagesPerSecond == 2.5 && o.TLS && c.caOut == "/tmp/x.pem"
 		}},
+		{"shapes and hosts", []string{"-public-host", "gateway.discord.gg", "-resume-host", "gateway-us-east1-b.discord.gg",
+			"-resume-unavailable", "2", "-seed", "7", "-ready-unavailable-guilds", "4600", "-guild-create-bytes", "8MiB, 64KiB,3000",
+			"-guild-members", "60000", "-member-request-window", "5s", "-fragment-frames", "16"}, true, func(c config) bool {
+			o := c.opts
+			return o.PublicHost == "gateway.discord.gg" && o.ResumeHost == "gateway-us-east1-b.discord.gg" &&
+				o.ResumeUnavailable == 2 && o.Seed == 7 && o.ReadyUnavailableGuilds == 4600 &&
+				len(o.GuildCreateBytes) == 3 && o.GuildCreateBytes[0] == 8<<20 && o.GuildCreateBytes[1] == 64<<10 &&
+				o.GuildCreateBytes[2] == 3000 && o.GuildMembers == 60000 && o.MemberRequestWindow == 5*time.Second &&
+				o.FragmentFrames == 16
+		}},
+		{"bad size", []string{"-guild-create-bytes", "8GiB"}, false, nil},
+		{"size too large", []string{"-guild-create-bytes", "65MiB"}, false, nil},
+		{"negative size", []string{"-guild-create-bytes", "-1"}, false, nil},
 		{"bad duration", []string{"-identify-window", "soon"}, false, nil},
 		{"bad int", []string{"-shards", "many"}, false, nil},
 		{"extra argument", []string{"serve"}, false, nil},
