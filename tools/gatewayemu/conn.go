@@ -645,10 +645,13 @@ func (c *conn) write(frame []byte, payloadZlib bool) {
 		typ, data = websocket.MessageBinary, b.Bytes()
 	}
 	frames, err := c.writeMessage(ctx, typ, data)
+	if err != nil {
+		if !c.closing.Load() {
+			c.e.log.Debug("write", "conn", c.id, "err", err)
+		}
+		return // only messages handed to the connection whole are counted
+	}
 	c.stats.noteSent(len(frame), len(data), frames)
 	c.e.counters.payloadBytes.Add(uint64(len(frame)))
 	c.e.counters.wireBytes.Add(uint64(len(data)))
-	if err != nil && !c.closing.Load() {
-		c.e.log.Debug("write", "conn", c.id, "err", err)
-	}
 }

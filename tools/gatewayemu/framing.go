@@ -53,7 +53,8 @@ type ConnStats struct {
 	Open bool `json:"open"`
 	// ZlibStream is true with compress=zlib-stream.
 	ZlibStream bool `json:"zlib_stream"`
-	// Messages counts server messages; PayloadBytes their JSON before any
+	// Messages counts server messages written whole (a write that failed,
+	// to a client gone or stuck, is not counted); PayloadBytes their JSON before any
 	// compression; WireBytes their WebSocket payload bytes as sent (after
 	// compression, without frame headers); Frames the data frames, first
 	// and continuation.
