@@ -614,12 +614,15 @@ func (c *conn) writeOp(op int, d any) {
 }
 
 // writeDispatch sends a dispatch frame, compressed per Identify compress:true.
-func (c *conn) writeDispatch(frame []byte) { c.write(frame, c.compressD.Load()) }
+func (c *conn) writeDispatch(frame []byte) { c.writeKind(frame, c.compressD.Load(), true) }
 
 // write sends one frame: through the zlib stream if the connection asked for
 // compress=zlib-stream, as a standalone zlib message if payloadZlib, else as
 // a text frame.
-func (c *conn) write(frame []byte, payloadZlib bool) {
+func (c *conn) write(frame []byte, payloadZlib bool) { c.writeKind(frame, payloadZlib, false) }
+
+// writeKind is write that also tells the record whether frame is a dispatch.
+func (c *conn) writeKind(frame []byte, payloadZlib, dispatch bool) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	ctx := context.Background()
@@ -651,7 +654,7 @@ func (c *conn) write(frame []byte, payloadZlib bool) {
 		}
 		return // only messages handed to the connection whole are counted
 	}
-	c.stats.noteSent(len(frame), len(data), frames)
+	c.stats.noteSent(len(frame), len(data), frames, dispatch)
 	c.e.counters.payloadBytes.Add(uint64(len(frame)))
 	c.e.counters.wireBytes.Add(uint64(len(data)))
 }

@@ -62,6 +62,11 @@ type ConnStats struct {
 	PayloadBytes uint64 `json:"payload_bytes"`
 	WireBytes    uint64 `json:"wire_bytes"`
 	Frames       uint64 `json:"frames"`
+	// Dispatches and DispatchBytes are the op 0 messages among them (the
+	// replayed ones included) and their JSON bytes: what a client's event
+	// sink should have counted.
+	Dispatches    uint64 `json:"dispatches"`
+	DispatchBytes uint64 `json:"dispatch_bytes"`
 	// ClientEvents counts client payloads the send limit saw.
 	ClientEvents uint64 `json:"client_events"`
 	// MaxEventsInWindow is the most client events inside any one
@@ -83,8 +88,12 @@ type connStats struct {
 }
 
 // noteSent records one server message.
-func (s *connStats) noteSent(payload, wire, frames int) {
+func (s *connStats) noteSent(payload, wire, frames int, dispatch bool) {
 	s.mu.Lock()
+	if dispatch {
+		s.st.Dispatches++
+		s.st.DispatchBytes += uint64(payload)
+	}
 	s.st.Messages++
 	s.st.PayloadBytes += uint64(payload)
 	s.st.WireBytes += uint64(wire)

@@ -143,13 +143,17 @@ func TestLargeMessagesOnTheWire(t *testing.T) {
 			if resp.StatusCode != 101 {
 				t.Fatalf("handshake status %d", resp.StatusCode)
 			}
-			var frames, payload, wire, multi int
+			var frames, payload, wire, multi, dispatches, dispatchBytes int
 			read := func() frame {
 				t.Helper()
 				m, f := c.expect()
 				frames += len(m.frames)
 				payload += len(m.json)
 				wire += len(m.payload)
+				if f.Op == OpDispatch {
+					dispatches++
+					dispatchBytes += len(m.json)
+				}
 				if len(m.frames) > 2 {
 					multi++
 				}
@@ -190,8 +194,10 @@ func TestLargeMessagesOnTheWire(t *testing.T) {
 			st := awaitState(t, emu, "the ACK recorded", func(s State) bool {
 				return len(s.Connections) == 1 && s.Connections[0].Messages == 5
 			}).Connections[0]
-			if st.Frames != uint64(frames) || st.PayloadBytes != uint64(payload) || st.WireBytes != uint64(wire) || st.ZlibStream != tc.zlib {
-				t.Fatalf("record %+v; client counted %d frames, %d payload bytes, %d wire bytes", st, frames, payload, wire)
+			if st.Frames != uint64(frames) || st.PayloadBytes != uint64(payload) || st.WireBytes != uint64(wire) || st.ZlibStream != tc.zlib ||
+				st.Dispatches != uint64(dispatches) || st.DispatchBytes != uint64(dispatchBytes) || dispatches != 3 {
+				t.Fatalf("record %+v; client counted %d frames, %d payload bytes, %d wire bytes, %d dispatches of %d bytes",
+					st, frames, payload, wire, dispatches, dispatchBytes)
 			}
 			if tc.zlib && st.WireBytes*4 > st.PayloadBytes {
 				t.Fatalf("zlib-stream sent %d bytes for %d", st.WireBytes, st.PayloadBytes)
