@@ -59,6 +59,12 @@ const (
 	// Unavailable, else {"id"} (the bot was removed), after which Request
 	// Guild Members for that guild is members_wrong_guild.
 	FaultGuildDelete FaultKind = "guild_delete"
+	// FaultCorruptZlib sends, on matching compress=zlib-stream connections,
+	// one binary message whose deflate data is invalid (a block of the
+	// reserved type 3, RFC 1951 §3.2.3) but which ends in 00 00 ff ff like
+	// any message: the client's inflate must fail and it must reconnect.
+	// The session stays resumable.
+	FaultCorruptZlib FaultKind = "corrupt_zlib"
 	// FaultResetBudget restores the session-start budget and a revoked token.
 	FaultResetBudget FaultKind = "reset_budget"
 )
@@ -204,6 +210,17 @@ func (e *Emulator) Inject(f Fault) (int, error) {
 		if !validCloseCode(f.Code) {
 			return 0, fmt.Errorf("%w: close code %d cannot be sent", ErrBadFault, f.Code)
 		}
+	case FaultCorruptZlib:
+		var targets []*conn
+		for _, c := range e.matchConns(f) {
+			if c.zlibTx {
+				targets = append(targets, c)
+			}
+		}
+		for _, c := range targets {
+			c.writeCorruptZlib()
+		}
+		return len(targets), noTarget(len(targets))
 	case FaultReconnect, FaultInvalidSession, FaultDrop, FaultHeartbeatRequest:
 	default:
 		return 0, fmt.Errorf("%w: unknown kind %q", ErrBadFault, f.Kind)

@@ -263,3 +263,21 @@ func (e *Emulator) MalformedClientFrames() map[string]uint64 {
 	defer e.mu.Unlock()
 	return maps.Clone(e.malformedFrames)
 }
+
+// corruptDeflate is a deflate block the inflater must refuse: BFINAL 1 and
+// BTYPE 11, the reserved type (RFC 1951 §3.2.3), then the 00 00 ff ff a
+// sync flush ends every zlib-stream message with.
+var corruptDeflate = []byte{0x07, 0x00, 0x00, 0xff, 0xff}
+
+// writeCorruptZlib sends corruptDeflate as one binary message on a
+// zlib-stream connection (fault corrupt_zlib).
+func (c *conn) writeCorruptZlib() {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	frames, err := c.writeMessage(context.Background(), websocket.MessageBinary, corruptDeflate)
+	if err != nil {
+		return
+	}
+	c.stats.noteSent(0, len(corruptDeflate), frames, false)
+	c.e.counters.wireBytes.Add(uint64(len(corruptDeflate)))
+}

@@ -3,6 +3,7 @@ package gatewayemu
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -246,4 +247,42 @@ func TestFragmentCuts(t *testing.T) {
 	if a == other {
 		t.Fatal("seeds 5 and 6 cut alike")
 	}
+}
+
+// TestCorruptZlibFault checks the corrupt_zlib fault: on a zlib-stream
+// connection the next message still ends in 00 00 ff ff but does not
+// inflate; the session stays resumable; a connection without zlib-stream
+// is no target.
+func TestCorruptZlibFault(t *testing.T) {
+	t.Parallel()
+	emu := startEmu(t, fastOptions())
+	plain := connect(t, emu)
+	plain.identify(emu, 0, 1)
+	if _, err := emu.Inject(Fault{Kind: FaultCorruptZlib}); !errors.Is(err, ErrNoTarget) {
+		t.Fatalf("corrupt_zlib without zlib-stream: %v", err)
+	}
+	plain.ws.CloseNow()
+	addr := strings.TrimPrefix(emu.URL(), "ws://")
+	c, _ := rawDial(t, nil, addr, addr, "/?v=10&encoding=json&compress=zlib-stream")
+	c.expect() // Hello
+	c.send(OpIdentify, identifyPayload(emu, 0, 2))
+	for range 3 { // READY and the shard's GUILD_CREATEs
+		c.expect()
+	}
+	if n, err := emu.Inject(Fault{Kind: FaultCorruptZlib, Shard: intp(0)}); n != 1 || err != nil {
+		t.Fatalf("corrupt_zlib: %d %v", n, err)
+	}
+	m, err := c.next()
+	if err == nil || !strings.Contains(err.Error(), "inflate") || len(m.payload) != len(corruptDeflate) {
+		t.Fatalf("after corrupt_zlib: %v (message of %d bytes)", err, len(m.payload))
+	}
+	c.conn.Close()
+	awaitState(t, emu, "the session detached", func(s State) bool {
+		for _, sh := range s.Shards {
+			if sh.Shard == [2]int{0, 2} {
+				return sh.Sessions[0].State == SessionDetached
+			}
+		}
+		return false
+	})
 }
