@@ -73,6 +73,9 @@ type conn struct {
 
 	stats     connStats
 	fragState uint64 // fragmentation generator, under wmu
+	// lastMembers is closed when the latest Request Guild Members answer
+	// is written; read loop only.
+	lastMembers chan struct{}
 }
 
 // serveGateway upgrades a request on "/" or ResumePath to a gateway connection.

@@ -203,8 +203,17 @@ func (c *conn) requestMembers(raw json.RawMessage) {
 		}
 	}
 	// A large answer is written off the read loop, so heartbeats are read
-	// meanwhile; dispatch keeps the chunks in order with other events.
-	go e.sendMemberChunks(s, req)
+	// meanwhile. Answers go out in request order: each waits for the one
+	// before it (lastMembers is only touched by the read loop).
+	prev, done := c.lastMembers, make(chan struct{})
+	c.lastMembers = done
+	go func() {
+		defer close(done)
+		if prev != nil {
+			<-prev
+		}
+		e.sendMemberChunks(s, req)
+	}()
 }
 
 // matchMembers returns the indices of guild g's members that answer req and

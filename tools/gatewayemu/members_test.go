@@ -136,6 +136,15 @@ func TestRequestGuildMembers(t *testing.T) {
 	if ch := c.chunks(); len(ch[0].Members) != 1 || ch[0].Nonce != nil || ch[0].Presences != nil {
 		t.Fatalf("single user_id with a long nonce: %+v", ch)
 	}
+	// Answers come in request order, a large one before a small one.
+	c.send(OpRequestGuildMembers, map[string]any{"guild_id": gs, "query": "", "limit": 2000, "nonce": "big"})
+	c.send(OpRequestGuildMembers, map[string]any{"guild_id": gs, "user_ids": snowflake(authorID), "nonce": "small"})
+	if ch := c.chunks(); len(ch) != 2 || *ch[0].Nonce != "big" || *ch[1].Nonce != "big" {
+		t.Fatalf("first answer %+v", ch)
+	}
+	if ch := c.chunks(); len(ch) != 1 || *ch[0].Nonce != "small" {
+		t.Fatalf("second answer %+v", ch)
+	}
 	c.send(OpHeartbeat, c.lastS)
 	c.expectOp(OpHeartbeatACK)
 	noViolations(t, emu)
