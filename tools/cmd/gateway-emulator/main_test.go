@@ -169,3 +169,59 @@ func TestRunServesWithTLSAndScript(t *testing.T) {
 		t.Fatalf("fault status %d", resp.StatusCode)
 	}
 }
+
+// TestRunPrintsHostNames runs the command with Discord's host names and
+// checks the printed URLs carry them (the resume URL without a path) and
+// that the shape flags reached the emulator: /gateway/bot answers through
+// the listener with the public name in its url.
+func TestRunPrintsHostNames(t *testing.T) {
+	cfg, err := parseFlags([]string{"-listen", "127.0.0.1:0", "-public-host", "gateway.discord.gg",
+		"-resume-host", "gateway-us-east1-b.discord.gg", "-guild-create-bytes", "1MiB", "-fragment-frames", "4",
+		"-log-level", "error"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, cfg, pw, io.Discard); pw.Close() }()
+	defer func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("run: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("run did not stop")
+		}
+	}()
+	urls := map[string]string{}
+	sc := bufio.NewScanner(pr)
+	for sc.Scan() {
+		k, v, _ := strings.Cut(sc.Text(), ": ")
+		urls[k] = v
+		if k == "fault" {
+			break
+		}
+	}
+	go io.Copy(io.Discard, pr)
+	port := strings.TrimSuffix(strings.TrimPrefix(urls["gateway"], "ws://gateway.discord.gg:"), "/?v=10&encoding=json")
+	if port == urls["gateway"] || urls["resume"] != "ws://gateway-us-east1-b.discord.gg:"+port {
+		t.Fatalf("printed %v", urls)
+	}
+	req, _ := http.NewRequest(http.MethodGet, "http://127.0.0.1:"+port+"/api/v10/gateway/bot", nil)
+	req.Header.Set("Authorization", "Bot "+gatewayemu.DefaultToken)
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gb struct {
+		URL string `json:"url"`
+	}
+	json.NewDecoder(resp.Body).Decode(&gb)
+	resp.Body.Close()
+	if gb.URL != "ws://gateway.discord.gg:"+port {
+		t.Fatalf("gateway/bot url %q", gb.URL)
+	}
+}
