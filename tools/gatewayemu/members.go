@@ -18,7 +18,9 @@ import (
 const (
 	// MembersPerChunk is the most members one GUILD_MEMBERS_CHUNK carries.
 	MembersPerChunk = 1000
-	// MaxMemberUserIDs is the most user_ids one request may name.
+	// MaxMemberUserIDs is the most user_ids one request may name: the cap
+	// libraries enforce (twilight-model's RequestGuildMembers builder);
+	// Discord's docs do not state one.
 	MaxMemberUserIDs = 100
 	// MaxMemberNonceBytes is the longest nonce Discord echoes; a longer
 	// one is ignored (the chunks carry none).
@@ -114,8 +116,6 @@ func parseMemberRequest(raw json.RawMessage, lenient bool) (memberRequest, error
 		return bad("limit", "required with query")
 	case d.Limit != nil && *d.Limit < 0:
 		return bad("limit", "%d < 0", *d.Limit)
-	case d.Query != nil && len(*d.Query) > 100:
-		return bad("query", "%d bytes, over 100", len(*d.Query))
 	}
 	r.Query = d.Query
 	if d.Limit != nil {
