@@ -55,7 +55,8 @@ type conn struct {
 	phase      connPhase
 	sess       *session
 	shard      *[2]int
-	hadSession bool // a session was attached to this connection before
+	hadSession bool  // a session was attached to this connection before
+	intents    int64 // of the Identify being admitted
 
 	closing       atomic.Bool // the emulator closed or dropped it
 	draining      atomic.Bool // op 7 sent: no further dispatches
@@ -69,6 +70,12 @@ type conn struct {
 	sendTimes []int64 // ring of recent client event times (unix ns)
 	sendPos   int
 	sendFull  bool
+
+	stats     connStats
+	fragState uint64 // fragmentation generator, under wmu
+	// lastMembers is closed when the latest Request Guild Members answer
+	// is written; read loop only.
+	lastMembers chan struct{}
 }
 
 // serveGateway upgrades a request on "/" or ResumePath to a gateway connection.
@@ -82,7 +89,13 @@ func (e *Emulator) serveGateway(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "this is a Discord Gateway emulator: connect with a WebSocket client", http.StatusUpgradeRequired)
 		return
 	}
-	if path == ResumePath {
+	onResume := path == ResumePath
+	if rh := e.opts.ResumeHost; rh != "" {
+		// A resume host is told apart by the Host header, as Discord's
+		// resume edges are (resume_gateway_url has no path then).
+		onResume = onResume || sameHostName(r.Host, rh)
+	}
+	if onResume {
 		e.mu.Lock()
 		unavailable := e.resumeUnavailable > 0
 		if unavailable {
@@ -107,8 +120,10 @@ func (e *Emulator) serveGateway(w http.ResponseWriter, r *http.Request) {
 		e:        e,
 		id:       e.connSeq.Add(1),
 		ws:       ws,
-		onResume: path == ResumePath,
+		onResume: onResume,
 	}
+	c.stats.st = ConnStats{Conn: c.id, SendLimit: e.opts.SendLimit}
+	c.fragState = mix64(e.opts.Seed ^ mix64(c.id))
 	e.counters.connections.Add(1)
 	e.counters.open.Add(1)
 	e.mu.Lock()
@@ -132,6 +147,15 @@ func (e *Emulator) serveGateway(w http.ResponseWriter, r *http.Request) {
 	}
 	e.mu.Unlock()
 	defer c.finish()
+	if e.checksHost() {
+		e.mu.Lock()
+		main, resume := e.host, e.resumeHost
+		e.mu.Unlock()
+		if !sameHostName(r.Host, main) && (resume == "" || !sameHostName(r.Host, resume)) {
+			e.violate(Violation{Kind: KindWrongHost, Conn: c.id,
+				Detail: fmt.Sprintf("handshake Host %q names neither the gateway host %q nor the resume host %q", r.Host, main, resume)})
+		}
+	}
 
 	q := r.URL.Query()
 	switch v := q.Get("v"); v {
@@ -159,6 +183,7 @@ func (e *Emulator) serveGateway(w http.ResponseWriter, r *http.Request) {
 	case "":
 	case "zlib-stream":
 		c.zlibTx = true
+		c.stats.st.ZlibStream = true
 		c.zw = zlib.NewWriter(&c.zbuf)
 	default:
 		c.closeWith(CloseUnsupported, fmt.Sprintf("compress=%q is not supported by the emulator; use zlib-stream or none", comp))
@@ -198,6 +223,12 @@ func (e *Emulator) serveGateway(w http.ResponseWriter, r *http.Request) {
 	c.readLoop()
 }
 
+// checksHost reports whether handshakes must carry a configured host name:
+// when the public or resume host is a name, as Discord's are.
+func (e *Emulator) checksHost() bool {
+	return isHostName(e.opts.PublicHost) || e.opts.ResumeHost != "" && isHostName(e.opts.ResumeHost)
+}
+
 // wait blocks until the close handshake started by closeWith finishes.
 func (c *conn) wait() { c.waitFor(writeTimeout) }
 
@@ -233,8 +264,10 @@ func (c *conn) readLoop() {
 		if c.closing.Load() {
 			continue // drain until the close handshake completes
 		}
+		c.stats.noteFrame(n)
 		if n > MaxPayloadBytes {
 			io.CopyN(io.Discard, r, maxDrain) // let the close handshake through
+			c.malformed(FrameOversize)
 			c.fail(KindOversizePayload, CloseDecodeError, fmt.Sprintf("client payload over %d bytes", MaxPayloadBytes))
 			continue
 		}
@@ -243,6 +276,7 @@ func (c *conn) readLoop() {
 			continue
 		}
 		if typ != websocket.MessageText {
+			c.malformed(FrameBinary)
 			c.fail(KindDecodeError, CloseDecodeError, "binary frame: the client must send JSON text frames")
 			continue
 		}
@@ -256,8 +290,10 @@ func (c *conn) rateLimited() bool {
 	now := c.e.opts.Now().UnixNano()
 	oldest := c.sendTimes[c.sendPos]
 	if c.sendFull && now-oldest < int64(c.e.opts.SendWindow) {
+		c.stats.noteEvent(now, c.e.opts.SendWindow) // the SendLimit+1-th
 		return true
 	}
+	c.stats.noteEvent(now, c.e.opts.SendWindow)
 	c.sendTimes[c.sendPos] = now
 	c.sendPos++
 	if c.sendPos == len(c.sendTimes) {
@@ -271,6 +307,11 @@ func (c *conn) handle(frame []byte) {
 	e := c.e
 	p, err := decodeEnvelope(frame)
 	if err != nil {
+		if errors.Is(err, errMissingOp) {
+			c.malformed(FrameMissingOp)
+		} else {
+			c.malformed(FrameNotJSON)
+		}
 		c.fail(KindDecodeError, CloseDecodeError, err.Error())
 		return
 	}
@@ -297,7 +338,11 @@ func (c *conn) handle(frame []byte) {
 			c.fail(KindNotAuthenticated, CloseNotAuthenticated, fmt.Sprintf("op %d before Identify", op))
 			return
 		}
-		// Accepted and ignored: the emulator has no presence, voice or members.
+		if op == OpRequestGuildMembers {
+			c.requestMembers(p.D)
+			return
+		}
+		// Accepted and ignored: the emulator has no presence or voice.
 		if len(p.D) == 0 || string(p.D) == "null" || p.D[0] != '{' {
 			c.fail(KindInvalidPayload, CloseUnknownOpcode, fmt.Sprintf("op %d needs an object in d", op))
 		}
@@ -418,6 +463,9 @@ func (c *conn) fail(kind Kind, code int, detail string) { c.failLate(kind, code,
 // failLate is fail for a violation found by a timer that fired late.
 func (c *conn) failLate(kind Kind, code int, detail string, late time.Duration) {
 	e := c.e
+	if reason := frameReason(kind); reason != "" {
+		c.malformed(reason)
+	}
 	e.mu.Lock()
 	v := Violation{Kind: kind, Conn: c.id, CloseCode: code, Detail: detail, Shard: c.shard, TimerLateMS: late.Milliseconds()}
 	if c.sess != nil {
@@ -474,6 +522,9 @@ func (c *conn) finish() {
 	}
 	c.ws.CloseNow()
 	e.mu.Lock()
+	if _, ok := e.conns[c]; ok {
+		e.keepStatsLocked(c)
+	}
 	delete(e.conns, c)
 	e.mu.Unlock()
 	e.counters.open.Add(-1)
@@ -566,12 +617,15 @@ func (c *conn) writeOp(op int, d any) {
 }
 
 // writeDispatch sends a dispatch frame, compressed per Identify compress:true.
-func (c *conn) writeDispatch(frame []byte) { c.write(frame, c.compressD.Load()) }
+func (c *conn) writeDispatch(frame []byte) { c.writeKind(frame, c.compressD.Load(), true) }
 
 // write sends one frame: through the zlib stream if the connection asked for
 // compress=zlib-stream, as a standalone zlib message if payloadZlib, else as
 // a text frame.
-func (c *conn) write(frame []byte, payloadZlib bool) {
+func (c *conn) write(frame []byte, payloadZlib bool) { c.writeKind(frame, payloadZlib, false) }
+
+// writeKind is write that also tells the record whether frame is a dispatch.
+func (c *conn) writeKind(frame []byte, payloadZlib, dispatch bool) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	ctx := context.Background()
@@ -579,26 +633,31 @@ func (c *conn) write(frame []byte, payloadZlib bool) {
 		// Small frames (Hello, ACK, op 7/9) fit the socket buffer of any
 		// live peer; only larger ones get a timer against stuck clients.
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(c.e.baseCtx, writeTimeout)
+		ctx, cancel = context.WithTimeout(c.e.baseCtx, writeDeadline(len(frame)))
 		defer cancel()
 	}
-	var err error
+	typ, data := websocket.MessageText, frame
 	switch {
 	case c.zlibTx:
 		c.zbuf.Reset()
 		c.zw.Write(frame)
 		c.zw.Flush() // Z_SYNC_FLUSH: the message ends in 00 00 ff ff
-		err = c.ws.Write(ctx, websocket.MessageBinary, c.zbuf.Bytes())
+		typ, data = websocket.MessageBinary, c.zbuf.Bytes()
 	case payloadZlib:
 		var b bytes.Buffer
 		zw := zlib.NewWriter(&b)
 		zw.Write(frame)
 		zw.Close()
-		err = c.ws.Write(ctx, websocket.MessageBinary, b.Bytes())
-	default:
-		err = c.ws.Write(ctx, websocket.MessageText, frame)
+		typ, data = websocket.MessageBinary, b.Bytes()
 	}
-	if err != nil && !c.closing.Load() {
-		c.e.log.Debug("write", "conn", c.id, "err", err)
+	frames, err := c.writeMessage(ctx, typ, data)
+	if err != nil {
+		if !c.closing.Load() {
+			c.e.log.Debug("write", "conn", c.id, "err", err)
+		}
+		return // only messages handed to the connection whole are counted
 	}
+	c.stats.noteSent(len(frame), len(data), frames, dispatch)
+	c.e.counters.payloadBytes.Add(uint64(len(frame)))
+	c.e.counters.wireBytes.Add(uint64(len(data)))
 }

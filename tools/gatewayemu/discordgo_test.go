@@ -214,3 +214,124 @@ func runDiscordgo(t *testing.T, useTLS bool) {
 		t.Fatalf("identifies %+v", ids)
 	}
 }
+
+// TestDiscordgoLargeFragmented runs discordgo, unchanged, against the
+// shapes of a real bot's Gateway: every message fragmented, READY with
+// 3,000 unavailable guilds, a 2 MiB first GUILD_CREATE, and Request Guild
+// Members answered in three GUILD_MEMBERS_CHUNKs. discordgo does not speak
+// compress=zlib-stream (it asks for Identify compress:true, one zlib stream
+// per message), so that path is checked by the raw client in
+// TestLargeMessagesOnTheWire.
+func TestDiscordgoLargeFragmented(t *testing.T) {
+	o := Options{
+		Token:                  "discordgo-token",
+		Guilds:                 2,
+		GuildMembers:           2500,
+		ApprovedIntents:        IntentGuildMembers,
+		ReadyUnavailableGuilds: 3000,
+		GuildCreateBytes:       []int{2 << 20},
+		FragmentFrames:         8,
+		Seed:                   3,
+		// discordgo gives up after 5 intervals without an ACK, and an ACK
+		// waits behind megabytes on the same stream: 1.5 s keeps that
+		// above 7 s under the race detector on a shared machine.
+		HeartbeatInterval: 1500 * time.Millisecond,
+		HeartbeatGrace:    3 * time.Second,
+		IdentifyWindow:    50 * time.Millisecond,
+	}
+	emu := startEmu(t, o)
+	discordgoEndpoints.Lock()
+	defer discordgoEndpoints.Unlock()
+	oldGW, oldBot := discordgo.EndpointGateway, discordgo.EndpointGatewayBot
+	discordgo.EndpointGateway = emu.APIBase(9) + "gateway"
+	discordgo.EndpointGatewayBot = emu.APIBase(9) + "gateway/bot"
+	defer func() { discordgo.EndpointGateway, discordgo.EndpointGatewayBot = oldGW, oldBot }()
+
+	dg, err := discordgo.New("Bot " + o.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dg.LogLevel = discordgo.LogError
+	dg.Client = emu.HTTPClient()
+	dg.Identify.Intents = discordgo.IntentsGuilds | discordgo.IntentsGuildMembers
+	var (
+		mu      sync.Mutex
+		unavail int
+		sizes   = map[string]int{}
+		members = map[string]bool{}
+		chunks  int
+	)
+	changed := make(chan struct{}, 100)
+	poke := func() {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
+	dg.AddHandler(func(_ *discordgo.Session, r *discordgo.Ready) {
+		mu.Lock()
+		unavail = len(r.Guilds)
+		mu.Unlock()
+		poke()
+	})
+	dg.AddHandler(func(_ *discordgo.Session, g *discordgo.GuildCreate) {
+		mu.Lock()
+		sizes[g.ID] = len(g.Members) + len(g.Channels) + len(g.Threads)
+		mu.Unlock()
+		poke()
+	})
+	dg.AddHandler(func(_ *discordgo.Session, c *discordgo.GuildMembersChunk) {
+		mu.Lock()
+		if c.Nonce == "dg" {
+			chunks++
+			for _, m := range c.Members {
+				members[m.User.ID] = true
+			}
+		}
+		mu.Unlock()
+		poke()
+	})
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.NewTimer(testTimeout)
+		defer deadline.Stop()
+		for {
+			mu.Lock()
+			ok := cond()
+			mu.Unlock()
+			if ok {
+				return
+			}
+			select {
+			case <-changed:
+			case <-deadline.C:
+				t.Fatalf("discordgo: timed out waiting for %s", what)
+			}
+		}
+	}
+	if err := dg.Open(); err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer func() { dg.ShouldReconnectOnError = false; dg.Close() }()
+	waitFor("READY and both GUILD_CREATEs", func() bool { return unavail == 2+3000 && len(sizes) == 2 })
+	first := snowflake(emu.Guilds()[0])
+	if sizes[first] < 5000 {
+		t.Fatalf("the 2 MiB GUILD_CREATE held %d objects", sizes[first])
+	}
+	if err := dg.RequestGuildMembers(first, "", 0, "dg", false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("three member chunks", func() bool { return chunks == 3 })
+	if len(members) != 2500 {
+		t.Fatalf("%d distinct members in the chunks", len(members))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	if err := emu.Await(ctx, func(s State) bool { return s.Counters.HeartbeatACKs >= 1 }); err != nil {
+		t.Fatal(err)
+	}
+	noViolations(t, emu)
+	if st := emu.ConnStats(); len(st) != 1 || st[0].Frames <= 2*st[0].Messages {
+		t.Fatalf("record %+v: messages were not fragmented", st)
+	}
+}

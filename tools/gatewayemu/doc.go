@@ -5,6 +5,14 @@
 // window, the 120-per-60-s send limit, the 4096-byte payload limit and the
 // daily session-start budget, after ../shared/research/gateway-protocol-and-sharding.md.
 //
+// Options give it the shapes of a real bot's traffic (research
+// tls-and-real-gateway.md §5): host-name URLs and a resume host that can
+// answer 503, READY with thousands of unavailable guilds, GUILD_CREATEs of
+// an exact size up to megabytes, Request Guild Members answered with
+// GUILD_MEMBERS_CHUNK under Discord's limit, GUILD_DELETE, fragmented
+// messages and compress=zlib-stream. The zero Options keep the small,
+// unfragmented defaults.
+//
 // Every client misbehaviour is recorded as a Violation; tests of other
 // packages assert that Violations() is empty. Faults (op 7, op 9, any close
 // code, TCP drops, withheld ACKs, delayed Hello) are injected with Inject,

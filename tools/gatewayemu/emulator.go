@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"sort"
@@ -50,12 +51,14 @@ type Emulator struct {
 	counters struct {
 		connections, identifyAccepted, identifyRefused, identifyClosed atomic.Uint64
 		resumes, resumesFailed, heartbeats, acks, dispatches, replayed atomic.Uint64
+		payloadBytes, wireBytes                                        atomic.Uint64
 		open                                                           atomic.Int64
 		maxTimerLate                                                   atomic.Int64 // ns
 	}
 
 	mu         sync.Mutex
 	host       string // host:port written into URLs
+	resumeHost string // host:port of resume_gateway_url when Options.ResumeHost is set
 	conns      map[*conn]struct{}
 	sessions   map[string]*session
 	live       map[[2]int]map[*session]struct{} // sessions attached to a connection
@@ -75,7 +78,10 @@ type Emulator struct {
 	firstBeats        []FirstHeartbeat
 	beats             []HeartbeatRecord // with Options.RecordHeartbeats
 	violations        []Violation
-	changed           chan struct{} // closed and replaced on every record change
+	malformedFrames   map[string]uint64    // malformed client frames by reason
+	closedStats       []ConnStats          // records of closed connections, oldest first
+	memberRequests    map[uint64]time.Time // guild → last all-members request
+	changed           chan struct{}        // closed and replaced on every record change
 	closed            bool
 }
 
@@ -112,6 +118,10 @@ func New(opts Options) (*Emulator, error) {
 		started:    map[int]*startTracker{},
 		noAck:      map[int]bool{},
 		changed:    make(chan struct{}),
+
+		malformedFrames:   map[string]uint64{},
+		memberRequests:    map[uint64]time.Time{},
+		resumeUnavailable: o.ResumeUnavailable,
 	}
 	e.budget = budgetState{remaining: o.SessionStarts, periodStart: o.Now()}
 	if o.TLS {
@@ -191,15 +201,26 @@ func (e *Emulator) setHostLocked(ln net.Listener) {
 	if e.host != "" {
 		return
 	}
-	e.host = ln.Addr().String()
-	if ph := e.opts.PublicHost; ph != "" {
-		e.host = ph
-		if _, _, err := net.SplitHostPort(ph); err != nil {
-			if _, port, err := net.SplitHostPort(ln.Addr().String()); err == nil {
-				e.host = net.JoinHostPort(strings.Trim(ph, "[]"), port)
-			}
-		}
+	e.host = withPort(e.opts.PublicHost, ln)
+	if e.opts.ResumeHost != "" {
+		e.resumeHost = withPort(e.opts.ResumeHost, ln)
 	}
+}
+
+// withPort returns host with the listener's port when it has none, or the
+// listener's address when host is empty.
+func withPort(host string, ln net.Listener) string {
+	addr := ln.Addr().String()
+	if host == "" {
+		return addr
+	}
+	if _, _, err := net.SplitHostPort(host); err == nil {
+		return host
+	}
+	if _, port, err := net.SplitHostPort(addr); err == nil {
+		return net.JoinHostPort(strings.Trim(host, "[]"), port)
+	}
+	return host
 }
 
 // Close stops serving and drops every connection without a close frame.
@@ -266,8 +287,21 @@ func (e *Emulator) URL() string {
 	return ws + "://" + e.hostPort()
 }
 
-// ResumeURL is the resume_gateway_url sent in READY.
-func (e *Emulator) ResumeURL() string { return e.URL() + ResumePath }
+// ResumeURL is the resume_gateway_url sent in READY: the resume host
+// without a path when Options.ResumeHost is set, else URL()+ResumePath.
+func (e *Emulator) ResumeURL() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.resumeURLLocked()
+}
+
+func (e *Emulator) resumeURLLocked() string {
+	if e.resumeHost != "" {
+		ws, _ := e.scheme()
+		return ws + "://" + e.resumeHost
+	}
+	return e.urlLocked() + ResumePath
+}
 
 // HTTPURL is the base URL of the REST and debug routes ("http://host:port").
 func (e *Emulator) HTTPURL() string {
@@ -373,16 +407,18 @@ func (e *Emulator) State() State {
 	defer e.mu.Unlock()
 	now := e.opts.Now()
 	st := State{
-		Time:              now,
-		GatewayURL:        e.urlLocked(),
-		ResumeGatewayURL:  e.urlLocked() + ResumePath,
-		SessionStartLimit: e.startLimitLocked(now),
-		TokenRevoked:      e.budget.revoked,
-		Counters:          e.countersSnapshot(),
-		Shards:            []ShardSessions{},
-		Identifies:        append([]IdentifyRecord{}, e.identifies...),
-		Violations:        append([]Violation{}, e.violations...),
-		AckSuppressed:     []int{},
+		Time:                  now,
+		GatewayURL:            e.urlLocked(),
+		ResumeGatewayURL:      e.resumeURLLocked(),
+		SessionStartLimit:     e.startLimitLocked(now),
+		TokenRevoked:          e.budget.revoked,
+		Counters:              e.countersSnapshot(),
+		Shards:                []ShardSessions{},
+		Identifies:            append([]IdentifyRecord{}, e.identifies...),
+		Violations:            append([]Violation{}, e.violations...),
+		MalformedClientFrames: maps.Clone(e.malformedFrames),
+		Connections:           e.connStatsLocked(),
+		AckSuppressed:         []int{},
 	}
 	for id := range e.noAck {
 		st.AckSuppressed = append(st.AckSuppressed, id)
@@ -419,6 +455,8 @@ func (e *Emulator) countersSnapshot() Counters {
 		Dispatches:         c.dispatches.Load(),
 		ReplayedDispatches: c.replayed.Load(),
 		MaxTimerLateMS:     time.Duration(c.maxTimerLate.Load()).Milliseconds(),
+		PayloadBytes:       c.payloadBytes.Load(),
+		WireBytes:          c.wireBytes.Load(),
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -52,6 +54,17 @@ const (
 	// FaultDispatch dispatches Event with Data to matching sessions,
 	// including detached ones (kept for replay).
 	FaultDispatch FaultKind = "dispatch"
+	// FaultGuildDelete dispatches GUILD_DELETE for Guild to the sessions
+	// holding it: {"id", "unavailable": true} for an outage when
+	// Unavailable, else {"id"} (the bot was removed), after which Request
+	// Guild Members for that guild is members_wrong_guild.
+	FaultGuildDelete FaultKind = "guild_delete"
+	// FaultCorruptZlib sends, on matching compress=zlib-stream connections,
+	// one binary message whose deflate data is invalid (a block of the
+	// reserved type 3, RFC 1951 §3.2.3) but which ends in 00 00 ff ff like
+	// any message: the client's inflate must fail and it must reconnect.
+	// The session stays resumable.
+	FaultCorruptZlib FaultKind = "corrupt_zlib"
 	// FaultResetBudget restores the session-start budget and a revoked token.
 	FaultResetBudget FaultKind = "reset_budget"
 )
@@ -83,6 +96,9 @@ type Fault struct {
 	// FaultHelloReconnect and FaultResumeUnavailable apply to (0 clears the
 	// latter two).
 	Count int `json:"count,omitempty"`
+	// Guild is the guild snowflake of FaultGuildDelete, Unavailable its flag.
+	Guild       string `json:"guild,omitempty"`
+	Unavailable bool   `json:"unavailable,omitempty"`
 	// Event and Data are the dispatch of FaultDispatch.
 	Event string          `json:"event,omitempty"`
 	Data  json.RawMessage `json:"data,omitempty"`
@@ -164,10 +180,47 @@ func (e *Emulator) Inject(f Fault) (int, error) {
 			e.dispatch(s, f.Event, data)
 		}
 		return len(targets), noTarget(len(targets))
+	case FaultGuildDelete:
+		g, err := parseSnowflake(json.RawMessage(strconv.Quote(f.Guild)))
+		if err != nil {
+			return 0, fmt.Errorf("%w: guild_delete guild: %v", ErrBadFault, err)
+		}
+		d := map[string]any{"id": snowflake(g)}
+		if f.Unavailable {
+			d["unavailable"] = true
+		}
+		n := 0
+		for _, s := range e.matchSessions(f) {
+			s.mu.Lock()
+			holds := slices.Contains(s.guilds, g) && !s.removed[g]
+			if holds && !f.Unavailable {
+				if s.removed == nil {
+					s.removed = map[uint64]bool{}
+				}
+				s.removed[g] = true // the bot left: op 8 for it is now wrong
+			}
+			s.mu.Unlock()
+			if holds {
+				e.dispatch(s, "GUILD_DELETE", d)
+				n++
+			}
+		}
+		return n, noTarget(n)
 	case FaultClose:
 		if !validCloseCode(f.Code) {
 			return 0, fmt.Errorf("%w: close code %d cannot be sent", ErrBadFault, f.Code)
 		}
+	case FaultCorruptZlib:
+		var targets []*conn
+		for _, c := range e.matchConns(f) {
+			if c.zlibTx {
+				targets = append(targets, c)
+			}
+		}
+		for _, c := range targets {
+			c.writeCorruptZlib()
+		}
+		return len(targets), noTarget(len(targets))
 	case FaultReconnect, FaultInvalidSession, FaultDrop, FaultHeartbeatRequest:
 	default:
 		return 0, fmt.Errorf("%w: unknown kind %q", ErrBadFault, f.Kind)

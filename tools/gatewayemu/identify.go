@@ -80,6 +80,9 @@ func (c *conn) identify(raw json.RawMessage) {
 		return
 	}
 	c.compressD.Store(d.Compress != nil && *d.Compress && !c.zlibTx)
+	e.mu.Lock()
+	c.intents = *d.Intents
+	e.mu.Unlock()
 	c.admit(shard, guilds)
 }
 
@@ -191,7 +194,7 @@ func (c *conn) admit(shard [2]int, guilds []uint64) {
 		st.lowestMiss++
 	}
 
-	s := &session{id: newSessionID(), version: c.version, shard: shard, guilds: guilds, created: now, stopCh: make(chan struct{})}
+	s := &session{id: newSessionID(), version: c.version, shard: shard, guilds: guilds, intents: c.intents, created: now, stopCh: make(chan struct{})}
 	rec.Outcome, rec.Session = IdentifyAccepted, s.id
 	e.identifies = append(e.identifies, rec)
 	if live := e.live[shard]; len(live) > 0 {
@@ -212,8 +215,8 @@ func (c *conn) admit(shard [2]int, guilds []uint64) {
 	e.counters.identifyAccepted.Add(1)
 
 	e.dispatch(s, "READY", e.readyData(s, c.version))
-	for _, g := range guilds {
-		e.dispatch(s, "GUILD_CREATE", guildCreateData(g, s.created))
+	for k, g := range guilds {
+		e.dispatch(s, "GUILD_CREATE", e.guildCreate(k, g, s.created))
 	}
 	if e.opts.MessagesPerSecond > 0 {
 		go e.runMessages(s)

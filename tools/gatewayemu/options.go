@@ -32,6 +32,18 @@ const (
 	DefaultReconnectGrace = 5 * time.Second
 	// DefaultGuilds is the number of synthetic guilds.
 	DefaultGuilds = 4
+	// DefaultGuildMembers is the member count of a synthetic guild: the
+	// bot and the author of the synthetic messages.
+	DefaultGuildMembers = 2
+	// DefaultMemberRequestWindow is Discord's window of the all-members
+	// Request Guild Members limit (research §1.11: 1 per guild per 30 s).
+	DefaultMemberRequestWindow = 30 * time.Second
+	// MaxGuildCreateBytes bounds Options.GuildCreateBytes.
+	MaxGuildCreateBytes = 64 << 20
+	// MaxReadyUnavailableGuilds bounds Options.ReadyUnavailableGuilds.
+	MaxReadyUnavailableGuilds = 1 << 20
+	// MaxGuildMembers bounds Options.GuildMembers.
+	MaxGuildMembers = 1 << 22
 )
 
 // ErrBadOptions wraps every option validation failure.
@@ -110,8 +122,45 @@ type Options struct {
 	TLS bool
 	// PublicHost overrides the host:port written into the gateway URLs
 	// (default: the listener's address). A host without a port keeps the
-	// listener's port.
+	// listener's port. A host name (gateway.discord.gg) makes the emulator
+	// check the Host header of every gateway handshake (KindWrongHost).
 	PublicHost string
+	// ResumeHost, if set, is the host[:port] of resume_gateway_url
+	// (gateway-us-east1-b.discord.gg style), without a path, as Discord
+	// sends it; handshakes whose Host header names it are resume
+	// connections. Without a port it keeps the listener's port. Default:
+	// the main host with the path /resume.
+	ResumeHost string
+	// ResumeUnavailable answers this many WebSocket handshakes on the
+	// resume URL with HTTP 503 from the start (the resume_unavailable
+	// fault sets the same count later).
+	ResumeUnavailable int
+
+	// Seed makes every synthetic payload shape (member names, IDs) and
+	// every fragment boundary deterministic; the same Seed and options
+	// give the same bytes.
+	Seed uint64
+	// ReadyUnavailableGuilds adds this many guilds of the shard to every
+	// READY as unavailable (an outage, as Discord lists them); they never
+	// get a GUILD_CREATE. About 45 bytes each: 4,600 make a 200 KiB READY.
+	ReadyUnavailableGuilds int
+	// GuildCreateBytes sizes the GUILD_CREATEs of every session: the k-th
+	// GUILD_CREATE after READY has a `d` of exactly GuildCreateBytes[k]
+	// bytes, filled with the guild's members, channels and then threads.
+	// Beyond the list, or for a size below the minimal guild, `d` is the
+	// small default guild. At most MaxGuildCreateBytes each.
+	GuildCreateBytes []int
+	// GuildMembers is the member count of every synthetic guild (default
+	// 2: the bot and one user). Request Guild Members answers from them.
+	GuildMembers int
+	// MemberRequestWindow is the window of the all-members Request Guild
+	// Members limit: one per guild per window (default 30 s, Discord's).
+	MemberRequestWindow time.Duration
+	// FragmentFrames, if > 0, sends every server message as a fragmented
+	// WebSocket message: 1..FragmentFrames data frames cut at boundaries
+	// drawn from Seed, then an empty final frame. 0 sends one frame per
+	// message.
+	FragmentFrames int
 	// Logger receives structured logs (default: discard).
 	Logger *slog.Logger
 	// Now is the clock used for time stamps and windows (default time.Now).
@@ -173,6 +222,12 @@ func (o Options) withDefaults() (Options, error) {
 				float64(o.HeartbeatInterval) / float64(DefaultHeartbeatInterval))
 		}
 	}
+	if o.GuildMembers == 0 {
+		o.GuildMembers = DefaultGuildMembers
+	}
+	if o.MemberRequestWindow == 0 {
+		o.MemberRequestWindow = DefaultMemberRequestWindow
+	}
 	if o.ReconnectGrace == 0 {
 		o.ReconnectGrace = DefaultReconnectGrace
 	}
@@ -207,9 +262,27 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("%w: negative duration", ErrBadOptions)
 	case o.ReplayLimit < 1 || o.SendLimit < 1:
 		return o, fmt.Errorf("%w: replay limit and send limit must be >= 1", ErrBadOptions)
+	case o.ReadyUnavailableGuilds < 0 || o.ReadyUnavailableGuilds > MaxReadyUnavailableGuilds:
+		return o, fmt.Errorf("%w: ready unavailable guilds %d outside 0..%d", ErrBadOptions, o.ReadyUnavailableGuilds, MaxReadyUnavailableGuilds)
+	case o.GuildMembers < DefaultGuildMembers || o.GuildMembers > MaxGuildMembers:
+		return o, fmt.Errorf("%w: guild members %d outside %d..%d", ErrBadOptions, o.GuildMembers, DefaultGuildMembers, MaxGuildMembers)
+	case o.MemberRequestWindow < 0:
+		return o, fmt.Errorf("%w: member request window %v < 0", ErrBadOptions, o.MemberRequestWindow)
+	case o.FragmentFrames < 0:
+		return o, fmt.Errorf("%w: fragment frames %d < 0", ErrBadOptions, o.FragmentFrames)
+	case o.ResumeUnavailable < 0:
+		return o, fmt.Errorf("%w: resume unavailable %d < 0", ErrBadOptions, o.ResumeUnavailable)
+	case o.ResumeHost != "" && o.PublicHost != "" && sameHostName(o.ResumeHost, o.PublicHost):
+		return o, fmt.Errorf("%w: resume host %q has the public host's name %q", ErrBadOptions, o.ResumeHost, o.PublicHost)
 	case o.ApprovedIntents&^PrivilegedIntents != 0:
 		return o, fmt.Errorf("%w: approved intents %#x include non-privileged bits", ErrBadOptions, o.ApprovedIntents)
 	}
+	for k, n := range o.GuildCreateBytes {
+		if n < 0 || n > MaxGuildCreateBytes {
+			return o, fmt.Errorf("%w: guild create bytes[%d] %d outside 0..%d", ErrBadOptions, k, n, MaxGuildCreateBytes)
+		}
+	}
+	o.GuildCreateBytes = append([]int(nil), o.GuildCreateBytes...)
 	return o, nil
 }
 

@@ -125,6 +125,8 @@ var (
 	// ErrInvalidPayload means the JSON is well formed but `d` does not fit the
 	// opcode's schema (close 4001).
 	ErrInvalidPayload = errors.New("gatewayemu: invalid payload for opcode")
+	// errMissingOp is wrapped with ErrDecode for an object without "op".
+	errMissingOp = errors.New("missing \"op\"")
 )
 
 // payload is the gateway envelope (research §1.2). D stays raw so each opcode
@@ -173,7 +175,7 @@ func decodeEnvelope(b []byte) (payload, error) {
 		return p, fmt.Errorf("%w: %v", ErrDecode, err)
 	}
 	if p.Op == nil {
-		return p, fmt.Errorf("%w: missing \"op\"", ErrDecode)
+		return p, fmt.Errorf("%w: %w", ErrDecode, errMissingOp)
 	}
 	return p, nil
 }

@@ -62,6 +62,17 @@ const (
 	// from the Identify's (Discord requires the same version and encoding).
 	// The Resume still succeeds.
 	KindResumeVersionMismatch Kind = "resume_version_mismatch"
+	// KindWrongHost: a gateway handshake whose Host header names neither
+	// the configured gateway host nor the resume host, checked only when
+	// one of them is a host name. The connection goes on.
+	KindWrongHost Kind = "wrong_host"
+	// KindMembersWrongGuild: Request Guild Members (op 8) for a guild the
+	// session's shard does not hold. Not answered; the connection goes on.
+	KindMembersWrongGuild Kind = "members_wrong_guild"
+	// KindMembersRateLimited: an all-members Request Guild Members for a
+	// guild within MemberRequestWindow of the last one. Answered with a
+	// RATE_LIMITED dispatch, as Discord does; the connection goes on.
+	KindMembersRateLimited Kind = "members_rate_limited"
 	// KindBudgetExhausted: an Identify after the session-start budget reached
 	// zero; every session is closed (4004) and the token is revoked.
 	KindBudgetExhausted Kind = "budget_exhausted"
@@ -194,6 +205,10 @@ type Counters struct {
 	// MaxTimerLateMS is the latest any heartbeat timer fired past its
 	// deadline (see Violation.TimerLateMS).
 	MaxTimerLateMS int64 `json:"max_timer_late_ms"`
+	// PayloadBytes is the JSON bytes of every server message, before
+	// compression; WireBytes the same messages as sent (after zlib).
+	PayloadBytes uint64 `json:"payload_bytes"`
+	WireBytes    uint64 `json:"wire_bytes"`
 }
 
 // State is the whole /debug/state document. Field order and names are stable.
@@ -212,6 +227,10 @@ type State struct {
 	Identifies []IdentifyRecord `json:"identifies"`
 	// Violations lists every violation in the order recorded.
 	Violations []Violation `json:"violations"`
+	// MalformedClientFrames counts malformed client frames by reason.
+	MalformedClientFrames map[string]uint64 `json:"malformed_client_frames"`
+	// Connections is the record of every open and recent closed connection.
+	Connections []ConnStats `json:"connections"`
 }
 
 func shardPtr(id, num int) *[2]int { s := [2]int{id, num}; return &s }

@@ -22,6 +22,7 @@ type session struct {
 	version int // API version of the Identify connection
 	shard   [2]int
 	guilds  []uint64
+	intents int64 // of the Identify
 	created time.Time
 
 	// mu orders dispatches: sequence numbers, the replay buffer and writes
@@ -34,6 +35,7 @@ type session struct {
 	resumes       int
 	expiry        *time.Timer // resume timeout while detached
 	detachedUntil time.Time
+	removed       map[uint64]bool // guilds a guild_delete fault removed
 	stopCh        chan struct{}
 	stopOnce      sync.Once
 }
@@ -144,8 +146,9 @@ func (e *Emulator) replayLocked(s *session, c *conn, seq int64) {
 
 // readyData builds READY (research §1.7).
 func (e *Emulator) readyData(s *session, version int) map[string]any {
-	guilds := make([]map[string]any, 0, len(s.guilds))
-	for _, g := range s.guilds {
+	outage := outageGuilds(e.opts.ReadyUnavailableGuilds, s.shard[0], s.shard[1])
+	guilds := make([]map[string]any, 0, len(s.guilds)+len(outage))
+	for _, g := range append(append([]uint64(nil), s.guilds...), outage...) {
 		guilds = append(guilds, map[string]any{"id": snowflake(g), "unavailable": true})
 	}
 	return map[string]any{
@@ -166,6 +169,15 @@ func (e *Emulator) readyData(s *session, version int) map[string]any {
 		"user_settings":       map[string]any{},
 		"presences":           []any{},
 	}
+}
+
+// guildCreate returns the `d` of the k-th GUILD_CREATE of a session (for
+// guild g): sized by Options.GuildCreateBytes[k] when set, else small.
+func (e *Emulator) guildCreate(k int, g uint64, joined time.Time) any {
+	if k < len(e.opts.GuildCreateBytes) && e.opts.GuildCreateBytes[k] > 0 {
+		return e.opts.sizedGuildCreate(g, joined, e.opts.GuildCreateBytes[k])
+	}
+	return guildCreateData(g, joined)
 }
 
 // guildCreateData builds a small but complete GUILD_CREATE for guild g.

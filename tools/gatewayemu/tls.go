@@ -19,7 +19,7 @@ import (
 const certLifetime = 7 * 24 * time.Hour
 
 // setupTLS generates a throw-away CA and a server certificate signed by it for
-// 127.0.0.1, ::1, localhost and the PublicHost's host.
+// 127.0.0.1, ::1, localhost and the hosts of PublicHost and ResumeHost.
 func (e *Emulator) setupTLS() error {
 	now := time.Now()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -57,11 +57,11 @@ func (e *Emulator) setupTLS() error {
 		DNSNames:     []string{"localhost"},
 		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
 	}
-	if e.opts.PublicHost != "" {
-		h, _, err := net.SplitHostPort(e.opts.PublicHost)
-		if err != nil {
-			h = e.opts.PublicHost
+	for _, hp := range []string{e.opts.PublicHost, e.opts.ResumeHost} {
+		if hp == "" {
+			continue
 		}
+		h := hostName(hp)
 		if ip := net.ParseIP(h); ip != nil {
 			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
 		} else {

@@ -22,6 +22,8 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -52,6 +54,14 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	o := &cfg.opts
 	fs.StringVar(&cfg.listen, "listen", DefaultListen, "listen address (host:port; port 0 picks one)")
 	fs.StringVar(&o.PublicHost, "public-host", "", "host:port written into gateway URLs (default: the listen address; a host alone keeps the listen port)")
+	fs.StringVar(&o.ResumeHost, "resume-host", "", "host[:port] of resume_gateway_url, e.g. gateway-us-east1-b.discord.gg (default: the public host with path /resume)")
+	fs.IntVar(&o.ResumeUnavailable, "resume-unavailable", 0, "answer this many handshakes on the resume URL with HTTP 503")
+	fs.Uint64Var(&o.Seed, "seed", 0, "seed of the synthetic payload shapes and fragment boundaries")
+	fs.IntVar(&o.ReadyUnavailableGuilds, "ready-unavailable-guilds", 0, "extra unavailable guilds listed in every READY (about 45 bytes each)")
+	fs.Var((*sizeList)(&o.GuildCreateBytes), "guild-create-bytes", "sizes of the first GUILD_CREATEs of each session, comma-separated, with an optional KiB or MiB suffix (e.g. 8MiB,64KiB)")
+	fs.IntVar(&o.GuildMembers, "guild-members", gatewayemu.DefaultGuildMembers, "members of every synthetic guild (Request Guild Members answers from them)")
+	fs.DurationVar(&o.MemberRequestWindow, "member-request-window", gatewayemu.DefaultMemberRequestWindow, "window of the one-per-guild all-members Request Guild Members limit")
+	fs.IntVar(&o.FragmentFrames, "fragment-frames", 0, "send every message in 1..N data frames plus an empty final frame (0: one frame)")
 	fs.StringVar(&o.Token, "token", gatewayemu.DefaultToken, "the bot token the emulator accepts")
 	fs.IntVar(&o.Shards, "shards", 1, "recommended shard count returned by /gateway/bot")
 	fs.IntVar(&o.ShardMultiple, "shard-multiple", 0, "large-bot mode: num_shards must be a multiple of this (0 = off)")
@@ -95,6 +105,42 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return cfg, fmt.Errorf("%w: -listen %q: %v", errUsage, cfg.listen, err)
 	}
 	return cfg, nil
+}
+
+// sizeList is a flag of comma-separated byte sizes with an optional KiB or
+// MiB suffix.
+type sizeList []int
+
+func (l *sizeList) String() string {
+	if l == nil {
+		return ""
+	}
+	parts := make([]string, len(*l))
+	for i, n := range *l {
+		parts[i] = strconv.Itoa(n)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (l *sizeList) Set(s string) error {
+	var out []int
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		mult := 1
+		switch {
+		case strings.HasSuffix(part, "MiB"):
+			mult, part = 1<<20, strings.TrimSuffix(part, "MiB")
+		case strings.HasSuffix(part, "KiB"):
+			mult, part = 1<<10, strings.TrimSuffix(part, "KiB")
+		}
+		n, err := strconv.Atoi(part)
+		if err != nil || n < 0 || n > gatewayemu.MaxGuildCreateBytes/mult {
+			return fmt.Errorf("size %q: want a byte count up to %d, optionally with KiB or MiB", part, gatewayemu.MaxGuildCreateBytes)
+		}
+		out = append(out, n*mult)
+	}
+	*l = out
+	return nil
 }
 
 // run starts the emulator and serves until ctx ends. It reports the URLs on

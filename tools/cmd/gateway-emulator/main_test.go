@@ -37,6 +37,19 @@ func TestParseFlags(t *testing.T) {
 				o.HeartbeatInterval == 2*time.Second && o.SessionStarts == 20 && o.Guilds == 100 &&
 				o.MessagesPerSecond == 2.5 && o.TLS && c.caOut == "/tmp/x.pem"
 		}},
+		{"shapes and hosts", []string{"-public-host", "gateway.discord.gg", "-resume-host", "gateway-us-east1-b.discord.gg",
+			"-resume-unavailable", "2", "-seed", "7", "-ready-unavailable-guilds", "4600", "-guild-create-bytes", "8MiB, 64KiB,3000",
+			"-guild-members", "60000", "-member-request-window", "5s", "-fragment-frames", "16"}, true, func(c config) bool {
+			o := c.opts
+			return o.PublicHost == "gateway.discord.gg" && o.ResumeHost == "gateway-us-east1-b.discord.gg" &&
+				o.ResumeUnavailable == 2 && o.Seed == 7 && o.ReadyUnavailableGuilds == 4600 &&
+				len(o.GuildCreateBytes) == 3 && o.GuildCreateBytes[0] == 8<<20 && o.GuildCreateBytes[1] == 64<<10 &&
+				o.GuildCreateBytes[2] == 3000 && o.GuildMembers == 60000 && o.MemberRequestWindow == 5*time.Second &&
+				o.FragmentFrames == 16
+		}},
+		{"bad size", []string{"-guild-create-bytes", "8GiB"}, false, nil},
+		{"size too large", []string{"-guild-create-bytes", "65MiB"}, false, nil},
+		{"negative size", []string{"-guild-create-bytes", "-1"}, false, nil},
 		{"bad duration", []string{"-identify-window", "soon"}, false, nil},
 		{"bad int", []string{"-shards", "many"}, false, nil},
 		{"extra argument", []string{"serve"}, false, nil},
@@ -154,5 +167,61 @@ func TestRunServesWithTLSAndScript(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 {
 		t.Fatalf("fault status %d", resp.StatusCode)
+	}
+}
+
+// TestRunPrintsHostNames runs the command with Discord's host names and
+// checks the printed URLs carry them (the resume URL without a path) and
+// that the shape flags reached the emulator: /gateway/bot answers through
+// the listener with the public name in its url.
+func TestRunPrintsHostNames(t *testing.T) {
+	cfg, err := parseFlags([]string{"-listen", "127.0.0.1:0", "-public-host", "gateway.discord.gg",
+		"-resume-host", "gateway-us-east1-b.discord.gg", "-guild-create-bytes", "1MiB", "-fragment-frames", "4",
+		"-log-level", "error"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, cfg, pw, io.Discard); pw.Close() }()
+	defer func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("run: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("run did not stop")
+		}
+	}()
+	urls := map[string]string{}
+	sc := bufio.NewScanner(pr)
+	for sc.Scan() {
+		k, v, _ := strings.Cut(sc.Text(), ": ")
+		urls[k] = v
+		if k == "fault" {
+			break
+		}
+	}
+	go io.Copy(io.Discard, pr)
+	port := strings.TrimSuffix(strings.TrimPrefix(urls["gateway"], "ws://gateway.discord.gg:"), "/?v=10&encoding=json")
+	if port == urls["gateway"] || urls["resume"] != "ws://gateway-us-east1-b.discord.gg:"+port {
+		t.Fatalf("printed %v", urls)
+	}
+	req, _ := http.NewRequest(http.MethodGet, "http://127.0.0.1:"+port+"/api/v10/gateway/bot", nil)
+	req.Header.Set("Authorization", "Bot "+gatewayemu.DefaultToken)
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gb struct {
+		URL string `json:"url"`
+	}
+	json.NewDecoder(resp.Body).Decode(&gb)
+	resp.Body.Close()
+	if gb.URL != "ws://gateway.discord.gg:"+port {
+		t.Fatalf("gateway/bot url %q", gb.URL)
 	}
 }
