@@ -22,7 +22,7 @@ var (
 	descTotalShards  = desc("plan_total_shards", "Global shard count of the plan.")
 	descRebalancing  = desc("plan_rebalancing", "1 while a membership change awaits the next rebalance.")
 	descMaxConc      = desc("identify_max_concurrency", "Discord's max_concurrency: the number of Identify buckets.")
-	descBudgetTotal  = desc("session_budget_total", "Daily session starts Discord allows.")
+	descBudgetTotal  = desc("session_budget_limit", "Daily session starts Discord allows.")
 	descBudgetLeft   = desc("session_budget_remaining", "Session starts left in the current budget window.")
 	descBudgetRes    = desc("session_budget_reserve", "Session starts kept back from Identify grants.")
 	descBudgetReset  = desc("session_budget_reset_timestamp_seconds", "When the session budget window resets, Unix time.")

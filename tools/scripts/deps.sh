@@ -9,7 +9,8 @@ set -euo pipefail
 declare -A want=(
   [build]="nasm"
   [smoke]="qemu-system-x86 ovmf ipxe"
-  [test]="nasm qemu-system-x86 qemu-utils ovmf ipxe busybox dnsmasq-base tftp-hpa curl iproute2 chromium kmod mount util-linux e2fsprogs"
+  # prometheus: the real server (and promtool) of fleet/metrics' scrape test
+  [test]="nasm qemu-system-x86 qemu-utils ovmf ipxe busybox dnsmasq-base tftp-hpa curl iproute2 chromium kmod mount util-linux e2fsprogs prometheus"
   # linux-image-amd64: the Linux guest of BenchmarkKernelTCPDownload32MiB
   [bench]="tftpd-hpa hyperfine linux-image-amd64"
 )
