@@ -173,6 +173,9 @@ func (f *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 		default:
 			down++
 		}
+		if f.m.opts.NoNodeSeries {
+			continue
+		}
 		ch <- gauge(descNodeUp, boolf(n.Live), n.ID)
 		ch <- gauge(descNodeDraining, boolf(n.Draining), n.ID)
 		ch <- gauge(descNodeCap, float64(n.Capacity), n.ID)

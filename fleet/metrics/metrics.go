@@ -70,6 +70,10 @@ type Options struct {
 	PingBound time.Duration
 	// Refusals, when set, is exported as dpxe_refusals_total.
 	Refusals *security.Log
+	// NoNodeSeries leaves out the series labelled by node (dpxe_node_*),
+	// which are most of a large fleet's series and scrape time
+	// (docs/metrics.md has the figures); the fleet-wide ones remain.
+	NoNodeSeries bool
 }
 
 // Metrics is the controller's instrumentation: a registry with the fleet
@@ -185,3 +189,7 @@ func (m *Metrics) SetPingBound(d time.Duration) {
 	}
 	m.opts.PingBound = d
 }
+
+// SetNodeSeries turns the series labelled by node on or off
+// (Options.NoNodeSeries). Call it before serving.
+func (m *Metrics) SetNodeSeries(on bool) { m.opts.NoNodeSeries = !on }
