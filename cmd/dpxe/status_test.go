@@ -15,14 +15,15 @@ import (
 
 	"github.com/discord-pxe/dpxe/appliance"
 	"github.com/discord-pxe/dpxe/fleet/metrics"
+	"github.com/discord-pxe/dpxe/fleet/metrics/promtest"
 )
 
 var metricsListenRE = regexp.MustCompile(`msg="metrics listening without authentication" part=metrics addr=(127\.0\.0\.1:\d+)`)
 
 // TestStatusAndMetricsListener runs `dpxe serve` with --metrics-listen,
-// checks who may read /metrics where, and follows `dpxe status` (text and
+// checks who may read /metrics where, follows `dpxe status` (text and
 // --json, with the read-only metrics token) from a fleet with no node to
-// a ready one.
+// a ready one, and has a real Prometheus scrape the running server.
 func TestStatusAndMetricsListener(t *testing.T) {
 	dir := t.TempDir()
 	bin, err := buildDpxe(dir)
@@ -133,6 +134,16 @@ func TestStatusAndMetricsListener(t *testing.T) {
 	if code := httpJSON(t, "GET", metricsURL+"/readyz", "", "", nil); code != 200 {
 		t.Fatalf("readyz on the metrics listener when ready: %d", code)
 	}
+	// A real Prometheus scrapes the running server: its metrics listener
+	// without a token, its API listener with the metrics token.
+	prom := promtest.Start(t,
+		promtest.Job{Name: "dpxe-metrics-listen", Target: strings.TrimPrefix(metricsURL, "http://")},
+		promtest.Job{Name: "dpxe-api", Target: strings.TrimPrefix(p.url, "http://"), TokenFile: tokFile})
+	prom.WaitFor(t, promtest.Startup+10*promtest.ScrapeInterval, map[string]string{
+		`dpxe_fleet_ready{job="dpxe-metrics-listen"}`: "1",
+		`dpxe_nodes{job="dpxe-api",state="live"}`:     "1",
+		`dpxe_shards{job="dpxe-api",state="ready"}`:   "2",
+	})
 	if strings.Contains(p.logs(), metricsTok) || strings.Contains(p.logs(), adminTok) {
 		t.Fatal("a token is in the server log")
 	}
