@@ -335,10 +335,14 @@ func promtool(t *testing.T, stdin *bytes.Reader, args ...string) {
 	}
 }
 
-const rulesFile = "../../docs/prometheus/dpxe-rules.yml"
+const (
+	rulesFile     = "../../docs/prometheus/dpxe-rules.yml"
+	rulesTestFile = "../../docs/prometheus/dpxe-rules.test.yml"
+)
 
 // TestShippedRules checks docs/prometheus/dpxe-rules.yml with promtool
-// and that every dpxe_ metric it names is one the controller exports.
+// check rules and test rules (dpxe-rules.test.yml), and that every dpxe_
+// metric it names is one the controller exports.
 func TestShippedRules(t *testing.T) {
 	b, err := os.ReadFile(rulesFile)
 	if err != nil {
@@ -378,6 +382,8 @@ func TestShippedRules(t *testing.T) {
 		}
 	}
 	promtool(t, nil, "check", "rules", rulesFile)
+	// The rules' own unit tests (alerts fire when, and only when, they should).
+	promtool(t, nil, "test", "rules", rulesTestFile)
 }
 
 // BenchmarkScrape measures one scrape (gather and text encoding) at the
