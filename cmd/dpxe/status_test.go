@@ -131,8 +131,16 @@ func TestStatusAndMetricsListener(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &v); code != 0 || err != nil || !v.Ready || v.ReadyShards != 2 {
 		t.Fatalf("status --json: exit %d %v\n%s", code, err, out)
 	}
-	if code := httpJSON(t, "GET", metricsURL+"/readyz", "", "", nil); code != 200 {
-		t.Fatalf("readyz on the metrics listener when ready: %d", code)
+	// GET /readyz answers from a verdict up to a second old.
+	for deadline := time.Now().Add(e2eDeadline); ; {
+		code := httpJSON(t, "GET", metricsURL+"/readyz", "", "", nil)
+		if code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("readyz on the metrics listener when ready: %d", code)
+		}
+		time.Sleep(100 * time.Millisecond) // poll period
 	}
 	// A real Prometheus scrapes the running server: its metrics listener
 	// without a token, its API listener with the metrics token.

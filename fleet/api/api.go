@@ -64,6 +64,7 @@ type Server struct {
 	metricsHash     [sha256.Size]byte
 	haveMetricsHash bool
 	probe           storeProbe
+	ready           readySummary
 }
 
 // New returns a server for c whose operator endpoints accept the admin
@@ -75,7 +76,7 @@ func New(c *controller.Controller, adminHash [sha256.Size]byte, log *slog.Logger
 	}
 	refusals := security.New(log)
 	return &Server{c: c, adminHash: adminHash, log: log, refusals: refusals,
-		metrics: metrics.New(c, metrics.Options{Refusals: refusals})}
+		metrics: metrics.New(c, metrics.Options{Refusals: refusals}), ready: readySummary{reuse: readyReuse}}
 }
 
 // SetRefusals makes the server count and log its refused requests in l,

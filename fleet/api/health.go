@@ -28,6 +28,12 @@ const storeCheckTimeout = 2 * time.Second
 // frequent probes do not queue on the store's write lock.
 const storeCheckReuse = time.Second
 
+// readyReuse is how long one verdict answers GET /readyz, which needs no
+// token: a verdict is a pass over every shard under the controller's lock
+// (about 10 ms at 131,072 shards), which a flood of unauthenticated
+// requests must not repeat back to back.
+const readyReuse = time.Second
+
 // LoadOrCreateMetricsToken is LoadOrCreateAdminToken for the read-only
 // metrics token, which GET /metrics and GET /v1/health accept besides
 // the admin token.
@@ -133,11 +139,26 @@ func verdictStatus(ready bool) int {
 	return http.StatusServiceUnavailable
 }
 
+// readySummary caches the summary GET /readyz answers.
+type readySummary struct {
+	mu    sync.Mutex
+	reuse time.Duration // readyReuse; tests set 0
+	at    time.Time
+	sum   metrics.Summary
+}
+
 // readyz answers GET /readyz: the verdict's summary, without node names,
-// 200 when the fleet is ready and 503 when not. It needs no token.
+// 200 when the fleet is ready and 503 when not. It needs no token, and a
+// summary answers for readyReuse.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
-	v := s.metrics.Verdict()
-	writeJSON(w, verdictStatus(v.Ready), v.Summary)
+	c := &s.ready
+	c.mu.Lock()
+	if c.at.IsZero() || time.Since(c.at) >= c.reuse {
+		c.sum, c.at = s.metrics.Verdict().Summary, time.Now()
+	}
+	sum := c.sum
+	c.mu.Unlock()
+	writeJSON(w, verdictStatus(sum.Ready), sum)
 }
 
 // fleetHealth answers GET /v1/health: the whole verdict with the runs of

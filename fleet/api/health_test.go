@@ -79,6 +79,7 @@ func newHealthServer(t *testing.T, cfg controller.Config) *healthServer {
 	buf := &syncBuffer{}
 	srv := New(ctrl, adminHash, slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	srv.SetMetricsToken(metricsHash)
+	srv.ready.reuse = 0 // every GET /readyz judges afresh (the clock is manual)
 	mux := http.NewServeMux()
 	srv.Register(mux)
 	hs := httptest.NewServer(mux)
@@ -329,5 +330,44 @@ func TestHealthzStoreNotWritable(t *testing.T) {
 	var h HealthResponse
 	if code := s.call("GET", "/healthz", "", "", &h); code != 503 || h.OK || !strings.Contains(h.Store, "store") {
 		t.Fatalf("healthz with a closed store: %d %+v", code, h)
+	}
+}
+
+// TestReadyzReusesVerdict: an unauthenticated GET /readyz answers from a
+// verdict at most readyReuse old, so a flood cannot hold the controller's
+// lock back to back; GET /v1/health always judges afresh.
+func TestReadyzReusesVerdict(t *testing.T) {
+	s := newHealthServer(t, controller.Config{TotalShards: 2, RebalanceEvery: -1})
+	srv := New(s.ctrl, [32]byte{}, nil)
+	srv.ready.reuse = time.Hour
+	mux := http.NewServeMux()
+	srv.RegisterMetricsListener(mux)
+	hs := httptest.NewServer(mux)
+	defer hs.Close()
+	get := func() int {
+		resp, err := http.Get(hs.URL + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := get(); code != 503 {
+		t.Fatalf("readyz with no node: %d", code)
+	}
+	n := s.node("n1")
+	n.checkin()
+	n.checkin()
+	if code, _ := s.verdict(); code != 200 {
+		t.Fatalf("verdict after check-ins: %d", code)
+	}
+	if code := get(); code != 503 {
+		t.Fatalf("readyz within the reuse time: %d, want the cached 503", code)
+	}
+	srv.ready.mu.Lock()
+	srv.ready.reuse = 0
+	srv.ready.mu.Unlock()
+	if code := get(); code != 200 {
+		t.Fatalf("readyz after the reuse time: %d", code)
 	}
 }
