@@ -20,8 +20,9 @@ func (s *Store) CheckWritable(ctx context.Context) error {
 		return fmt.Errorf("store: begin write: %w", err)
 	}
 	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, `INSERT INTO settings(key, value) VALUES(?, '1')
-		ON CONFLICT(key) DO UPDATE SET value = excluded.value`, healthProbeKey); err != nil {
+	// No placeholders: the statement is the same in every SQL dialect.
+	if _, err := tx.ExecContext(ctx, `INSERT INTO settings(key, value) VALUES('`+healthProbeKey+`', '1')
+		ON CONFLICT(key) DO UPDATE SET value = excluded.value`); err != nil {
 		return fmt.Errorf("store: probe write: %w", err)
 	}
 	if err := tx.Rollback(); err != nil {
