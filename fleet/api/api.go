@@ -2,7 +2,8 @@
 // Identify claims authenticated by per-node credentials, and the operator's
 // endpoints (inventory, drain, restart of FATAL shards, plan, routing,
 // events, budget, Gateway settings) authenticated
-// by the admin token. Handlers mount on a caller's *http.ServeMux, so the
+// by the admin token, and the health, readiness and Prometheus endpoints
+// (health.go). Handlers mount on a caller's *http.ServeMux, so the
 // netboot services and the dashboard can share the listener.
 package api
 
@@ -95,9 +96,9 @@ func (s *Server) Register(mux *http.ServeMux) {
 }
 
 // RegisterNode mounts what nodes use, and only that: GET /healthz, POST
-// /v1/checkin and POST /v1/identify (counted and timed in metrics). `dpxe serve` serves these (and the
-// boot files) on the boot network's listener, which carries no operator
-// endpoint.
+// /v1/checkin and POST /v1/identify (counted and timed in metrics). `dpxe
+// serve` serves these (and the boot files) on the boot network's
+// listener, which carries no operator endpoint.
 func (s *Server) RegisterNode(mux *http.ServeMux) {
 	mux.HandleFunc("GET /healthz", s.health)
 	mux.HandleFunc("POST /v1/checkin", s.timed(metrics.RouteCheckin, s.checkin))
