@@ -69,6 +69,7 @@ func TestDebianPackage(t *testing.T) {
 		{"-rw-r--r--", "./usr/share/doc/dpxe/README.md"},
 		{"-rw-r--r--", "./usr/share/doc/dpxe/metrics.md"},
 		{"-rw-r--r--", "./usr/share/doc/dpxe/examples/dpxe-rules.yml"},
+		{"-rw-r--r--", "./usr/share/doc/dpxe/examples/dpxe-fleet.json"},
 	} {
 		re := `(?m)^` + regexp.QuoteMeta(want.mode) + ` root/root +\d+ \S+ \S+ ` + regexp.QuoteMeta(want.path) + `$`
 		if !regexp.MustCompile(re).MatchString(contents) {

@@ -105,10 +105,25 @@ func freeLoopbackPort(t testing.TB) string {
 // Query asks the query API for an instant vector of at most one sample
 // and returns its value ("" when the vector is empty).
 func (s *Server) Query(q string) (string, error) {
+	vals, err := s.QueryAll(q)
+	switch {
+	case err != nil:
+		return "", err
+	case len(vals) == 0:
+		return "", nil
+	case len(vals) > 1:
+		return "", fmt.Errorf("query %s: %d series", q, len(vals))
+	}
+	return vals[0], nil
+}
+
+// QueryAll asks the query API for an instant vector and returns the value
+// of each of its samples.
+func (s *Server) QueryAll(q string) ([]string, error) {
 	c := &http.Client{Timeout: 5 * time.Second}
 	resp, err := c.Get("http://" + s.addr + "/api/v1/query?query=" + url.QueryEscape(q))
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	var body struct {
@@ -121,19 +136,17 @@ func (s *Server) Query(q string) (string, error) {
 		} `json:"data"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
-		return "", err
+		return nil, err
 	}
 	if body.Status != "success" {
-		return "", fmt.Errorf("query %s: %s", q, body.Error)
+		return nil, fmt.Errorf("query %s: %s", q, body.Error)
 	}
-	switch len(body.Data.Result) {
-	case 0:
-		return "", nil
-	case 1:
-		v, _ := body.Data.Result[0].Value[1].(string)
-		return v, nil
+	vals := make([]string, 0, len(body.Data.Result))
+	for _, r := range body.Data.Result {
+		v, _ := r.Value[1].(string)
+		vals = append(vals, v)
 	}
-	return "", fmt.Errorf("query %s: %d series", q, len(body.Data.Result))
+	return vals, nil
 }
 
 // WaitFor polls the queries every quarter of ScrapeInterval until each
