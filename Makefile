@@ -18,7 +18,7 @@ FIRMWARE        ?= mixed
 SMOKE_PATHS ?= all
 SMOKE_FLAGS ?=
 
-.PHONY: all build image smoke test test-scale bench run check fmt clean deps-build deps-smoke deps-test deps-bench
+.PHONY: all build image smoke test test-scale bench run check fmt clean deps-build deps-smoke deps-test deps-bench deb
 
 all: image
 
@@ -76,6 +76,11 @@ run: deps-build image
 	@$(DEPS) build test || echo "make run: could not install the lab's packages (above); continuing, the lab says what is missing"
 	NODES=$(NODES) SHARDS=$(SHARDS) MAX_CONCURRENCY=$(MAX_CONCURRENCY) FIRMWARE=$(FIRMWARE) \
 		tools/scripts/run.sh
+
+# The Debian package of dpxe (packaging/deb): the binary, the hardened
+# dpxe-serve.service, /etc/dpxe/serve.json and the docs, into $(OUT)/deb.
+deb:
+	GO=$(GO) packaging/deb/build.sh $(OUT)/deb
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

@@ -72,6 +72,8 @@ type serveConfig struct {
 	RotateAdminToken bool `json:"-"`
 	// The Gateway settings nodes receive (serve_gateway.go).
 	gatewayConfig
+	// Metrics, the metrics token and readiness (serve_metrics.go).
+	metricsConfig
 	// totalFixed and mcFixed say the operator gave total_shards or
 	// max_concurrency (flag or file); otherwise GET /gateway/bot may set
 	// them.

@@ -2,7 +2,8 @@
 // Identify claims authenticated by per-node credentials, and the operator's
 // endpoints (inventory, drain, restart of FATAL shards, plan, routing,
 // events, budget, Gateway settings) authenticated
-// by the admin token. Handlers mount on a caller's *http.ServeMux, so the
+// by the admin token, and the health, readiness and Prometheus endpoints
+// (health.go). Handlers mount on a caller's *http.ServeMux, so the
 // netboot services and the dashboard can share the listener.
 package api
 
@@ -29,6 +30,7 @@ import (
 
 	"github.com/discord-pxe/dpxe/appliance"
 	"github.com/discord-pxe/dpxe/fleet/controller"
+	"github.com/discord-pxe/dpxe/fleet/metrics"
 	"github.com/discord-pxe/dpxe/fleet/security"
 	"github.com/discord-pxe/dpxe/fleet/store"
 )
@@ -57,6 +59,13 @@ type Server struct {
 	adminHash [sha256.Size]byte
 	log       *slog.Logger
 	refusals  *security.Log
+	// metrics is the instrumentation (health.go); metricsHash the
+	// read-only metrics token's hash, if one is set.
+	metrics         *metrics.Metrics
+	metricsHash     [sha256.Size]byte
+	haveMetricsHash bool
+	probe           storeProbe
+	ready           readySummary
 }
 
 // New returns a server for c whose operator endpoints accept the admin
@@ -66,13 +75,18 @@ func New(c *controller.Controller, adminHash [sha256.Size]byte, log *slog.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{c: c, adminHash: adminHash, log: log, refusals: security.New(log)}
+	refusals := security.New(log)
+	return &Server{c: c, adminHash: adminHash, log: log, refusals: refusals,
+		metrics: metrics.New(c, metrics.Options{Refusals: refusals}), ready: readySummary{reuse: readyReuse}}
 }
 
 // SetRefusals makes the server count and log its refused requests in l,
 // which `dpxe serve` shares between its parts (one count per reason for
 // the whole server). Call it before serving.
-func (s *Server) SetRefusals(l *security.Log) { s.refusals = l }
+func (s *Server) SetRefusals(l *security.Log) {
+	s.refusals = l
+	s.metrics.SetRefusals(l)
+}
 
 // Register mounts every route of the API on mux: RegisterNode's and
 // RegisterOperator's.
@@ -82,17 +96,20 @@ func (s *Server) Register(mux *http.ServeMux) {
 }
 
 // RegisterNode mounts what nodes use, and only that: GET /healthz, POST
-// /v1/checkin and POST /v1/identify. `dpxe serve` serves these (and the
-// boot files) on the boot network's listener, which carries no operator
-// endpoint.
+// /v1/checkin and POST /v1/identify (counted and timed in metrics). `dpxe
+// serve` serves these (and the boot files) on the boot network's
+// listener, which carries no operator endpoint.
 func (s *Server) RegisterNode(mux *http.ServeMux) {
 	mux.HandleFunc("GET /healthz", s.health)
-	mux.HandleFunc("POST /v1/checkin", s.checkin)
-	mux.HandleFunc("POST /v1/identify", s.identify)
+	mux.HandleFunc("POST /v1/checkin", s.timed(metrics.RouteCheckin, s.checkin))
+	mux.HandleFunc("POST /v1/identify", s.timed(metrics.RouteIdentify, s.identify))
 }
 
-// RegisterOperator mounts the operator endpoints (admin token).
+// RegisterOperator mounts the operator endpoints (admin token), and the
+// fleet verdict and metrics (health.go: admin or metrics token, GET
+// /readyz without).
 func (s *Server) RegisterOperator(mux *http.ServeMux) {
+	s.registerHealth(mux)
 	mux.HandleFunc("GET /v1/route", s.admin(s.route))
 	mux.HandleFunc("GET /v1/nodes", s.admin(s.nodes))
 	mux.HandleFunc("POST /v1/nodes", s.admin(s.addNode))
@@ -117,14 +134,20 @@ func HashToken(tok string) [sha256.Size]byte { return sha256.Sum256([]byte(tok))
 // and writes the token to file with mode 0600 (write-then-rename: a
 // symbolic link at file is replaced, not followed); created reports that.
 func LoadOrCreateAdminToken(ctx context.Context, st *store.Store, file string, rotate bool) (hash [sha256.Size]byte, created bool, err error) {
-	v, err := st.Setting(ctx, adminTokenSetting)
+	return loadOrCreateToken(ctx, st, adminTokenSetting, "admin", file, rotate)
+}
+
+// loadOrCreateToken is LoadOrCreateAdminToken for the token whose hash is
+// the settings key setting; what names it in errors.
+func loadOrCreateToken(ctx context.Context, st *store.Store, setting, what, file string, rotate bool) (hash [sha256.Size]byte, created bool, err error) {
+	v, err := st.Setting(ctx, setting)
 	if rotate && err == nil {
 		err = store.ErrNotFound
 	}
 	if err == nil {
 		b, derr := hex.DecodeString(v)
 		if derr != nil || len(b) != sha256.Size {
-			return hash, false, fmt.Errorf("admin token hash in store is malformed")
+			return hash, false, fmt.Errorf("%s token hash in store is malformed", what)
 		}
 		copy(hash[:], b)
 		return hash, false, nil
@@ -138,10 +161,10 @@ func LoadOrCreateAdminToken(ctx context.Context, st *store.Store, file string, r
 	}
 	tok := base64.RawURLEncoding.EncodeToString(raw)
 	if err := writeSecretFile(file, tok+"\n"); err != nil {
-		return hash, false, fmt.Errorf("admin token file: %w", err)
+		return hash, false, fmt.Errorf("%s token file: %w", what, err)
 	}
 	hash = HashToken(tok)
-	if err := st.SetSetting(ctx, adminTokenSetting, hex.EncodeToString(hash[:])); err != nil {
+	if err := st.SetSetting(ctx, setting, hex.EncodeToString(hash[:])); err != nil {
 		return hash, false, err
 	}
 	return hash, true, nil
@@ -354,11 +377,6 @@ func remoteHost(r *http.Request) string {
 	return host
 }
 
-func (s *Server) health(w http.ResponseWriter, r *http.Request) {
-	p := s.c.Plan()
-	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "generation": p.Generation, "live_nodes": p.LiveNodes})
-}
-
 func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
 	body, ok := readBody(w, r)
 	if !ok {
@@ -398,6 +416,7 @@ func (s *Server) identify(w http.ResponseWriter, r *http.Request) {
 		s.controllerError(w, r, err)
 		return
 	}
+	s.metrics.ObserveIdentify(resp)
 	writeJSON(w, http.StatusOK, resp)
 }
 

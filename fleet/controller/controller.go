@@ -222,7 +222,8 @@ type Controller struct {
 	gw         gatewayState
 	handoffs   map[uint32]*handoff // per shard: a resumable session on offer (in memory only)
 
-	onLive func(nodeID, addr string) // see OnNodeLive; guarded by mu
+	onLive   func(nodeID, addr string)        // see OnNodeLive; guarded by mu
+	onCommit func(d time.Duration, err error) // see OnCommit; guarded by mu
 
 	flushMu    sync.Mutex // serialises flushes; taken before mu
 	flushedSeq uint64     // highest durable sequence committed; guarded by mu

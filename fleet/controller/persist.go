@@ -105,11 +105,17 @@ func (c *Controller) Flush(ctx context.Context) error {
 func (c *Controller) flushHeld(ctx context.Context) error {
 	c.mu.Lock()
 	b, seq := c.snapshotLocked()
+	onCommit := c.onCommit
 	c.mu.Unlock()
 	if b.Empty() {
 		return nil
 	}
-	if err := c.st.Apply(ctx, b); err != nil {
+	start := time.Now()
+	err := c.st.Apply(ctx, b)
+	if onCommit != nil {
+		onCommit(time.Since(start), err)
+	}
+	if err != nil {
 		c.mu.Lock()
 		c.restageLocked(b)
 		c.mu.Unlock()

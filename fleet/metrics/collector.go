@@ -1,0 +1,230 @@
+package metrics
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/discord-pxe/dpxe/appliance"
+	"github.com/discord-pxe/dpxe/fleet/security"
+)
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(namespace+"_"+name, help, labels, nil)
+}
+
+// The fleet collector's metrics (docs/metrics.md lists them).
+var (
+	descNodes        = desc("nodes", "Inventory nodes by state: live, draining (live and draining) or down.", "state")
+	descShards       = desc("shards", "Shards of the plan by state: ready, starting, backoff, fatal (as their node reports), assigned (held, no state reported), pending (hand-off not done) or unowned.", "state")
+	descCloseCode    = desc("shards_by_close_code", "Shards whose node reports this last Gateway close code (other: a code not listed).", "code")
+	descGeneration   = desc("plan_generation", "Generation of the current shard plan.")
+	descTotalShards  = desc("plan_total_shards", "Global shard count of the plan.")
+	descRebalancing  = desc("plan_rebalancing", "1 while a membership change awaits the next rebalance.")
+	descMaxConc      = desc("identify_max_concurrency", "Discord's max_concurrency: the number of Identify buckets.")
+	descBudgetTotal  = desc("session_budget_limit", "Daily session starts Discord allows.")
+	descBudgetLeft   = desc("session_budget_remaining", "Session starts left in the current budget window.")
+	descBudgetRes    = desc("session_budget_reserve", "Session starts kept back from Identify grants.")
+	descBudgetReset  = desc("session_budget_reset_timestamp_seconds", "When the session budget window resets, Unix time.")
+	descReady        = desc("fleet_ready", "1 when every shard of the plan is READY on a live node with a ping within the bound (GET /readyz).")
+	descUnready      = desc("fleet_unready_shards", "Shards that are not ready, by the first reason that applies (docs/api.md, GET /v1/health).", "reason")
+	descPingBound    = desc("fleet_ping_bound_seconds", "The readiness bound on a shard's last ping.")
+	descShardPing    = desc("shard_ping_seconds", "Last heartbeat-to-ACK latency of every held shard that has one, fleet-wide.")
+	descRefusals     = desc("refusals_total", "Requests refused by the server's security checks, by reason.", "reason")
+	descNodeUp       = desc("node_up", "1 when the node holds a lease (checked in within the lease).", "node")
+	descNodeDraining = desc("node_draining", "1 when the node is being drained.", "node")
+	descNodeCap      = desc("node_capacity", "Shards the node offers, as it last checked in.", "node")
+	descNodeShards   = desc("node_shards", "Shards in the node's plan range: ready (it reports READY), not_ready (held, any other or no state), pending (hand-off not done).", "node", "state")
+	descNodeLease    = desc("node_lease_remaining_seconds", "Time until the node's lease lapses unless it checks in.", "node")
+	descNodeMisses   = desc("node_heartbeat_misses", "Sum of the heartbeat misses the node's shards report (each since the shard started there; falls when shards leave).", "node")
+	descNodeReconn   = desc("node_reconnects", "Sum of the reconnects the node's shards report (each since the shard started there; falls when shards leave).", "node")
+	descNodePing     = desc("node_shard_ping_seconds", "Last heartbeat-to-ACK latency of the node's held shards that have one.", "node")
+)
+
+// fleetCollector exports the controller's state as it is at scrape time.
+type fleetCollector struct{ m *Metrics }
+
+func (f *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descNodes, descShards, descCloseCode, descGeneration, descTotalShards,
+		descRebalancing, descMaxConc, descBudgetTotal, descBudgetLeft, descBudgetRes, descBudgetReset, descReady,
+		descUnready, descPingBound, descShardPing, descNodeUp, descNodeDraining, descNodeCap, descNodeShards,
+		descNodeLease, descNodeMisses, descNodeReconn, descNodePing, descRefusals} {
+		ch <- d
+	}
+}
+
+// pingHist accumulates one ping histogram.
+type pingHist struct {
+	count   uint64
+	sum     float64
+	buckets []uint64 // cumulative at export, per PingBuckets
+}
+
+func (h *pingHist) observe(sec float64) {
+	if h.buckets == nil {
+		h.buckets = make([]uint64, len(PingBuckets))
+	}
+	h.count++
+	h.sum += sec
+	for i, ub := range PingBuckets {
+		if sec <= ub {
+			h.buckets[i]++
+			break
+		}
+	}
+}
+
+func (h *pingHist) metric(d *prometheus.Desc, labels ...string) prometheus.Metric {
+	m := make(map[float64]uint64, len(PingBuckets))
+	var cum uint64
+	for i, ub := range PingBuckets {
+		if h.buckets != nil {
+			cum += h.buckets[i]
+		}
+		m[ub] = cum
+	}
+	return prometheus.MustNewConstHistogram(d, h.count, h.sum, m, labels...)
+}
+
+// nodeAcc is what one pass over the shards gathers per node.
+type nodeAcc struct {
+	ready, notReady, pending float64
+	ping                     pingHist
+}
+
+func gauge(d *prometheus.Desc, v float64, labels ...string) prometheus.Metric {
+	return prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+}
+
+func boolf(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func (f *fleetCollector) Collect(ch chan<- prometheus.Metric) {
+	fs := f.m.c.FleetStats()
+	v := Judge(&fs, f.m.opts.PingBound)
+
+	var states [stUnowned + 1]float64
+	codes := make(map[uint16]float64, len(closeCodes))
+	var otherCode float64
+	acc := make([]nodeAcc, len(fs.Nodes))
+	var fleetPing pingHist
+	for i := range fs.Shards {
+		sh := &fs.Shards[i]
+		if sh.CloseCode != 0 {
+			if isListedCode(sh.CloseCode) {
+				codes[sh.CloseCode]++
+			} else {
+				otherCode++
+			}
+		}
+		if sh.Node < 0 {
+			states[stUnowned]++
+			continue
+		}
+		a := &acc[sh.Node]
+		if !sh.Held {
+			states[stPending]++
+			a.pending++
+			continue
+		}
+		switch sh.State {
+		case appliance.ShardReady:
+			states[stReady]++
+			a.ready++
+		case appliance.ShardStarting:
+			states[stStarting]++
+			a.notReady++
+		case appliance.ShardBackoff:
+			states[stBackoff]++
+			a.notReady++
+		case appliance.ShardFatal:
+			states[stFatal]++
+			a.notReady++
+		default: // not reported, or ASSIGNED
+			states[stAssigned]++
+			a.notReady++
+		}
+		if sh.Reported && sh.PingMS > 0 {
+			sec := sh.PingMS / 1000
+			a.ping.observe(sec)
+			fleetPing.observe(sec)
+		}
+	}
+	for i, s := range shardStates {
+		ch <- gauge(descShards, states[i], s)
+	}
+	for _, c := range closeCodes {
+		ch <- gauge(descCloseCode, codes[c], strconv.Itoa(int(c)))
+	}
+	ch <- gauge(descCloseCode, otherCode, "other")
+
+	var live, draining, down float64
+	for i := range fs.Nodes {
+		n := &fs.Nodes[i]
+		switch {
+		case n.Live && n.Draining:
+			draining++
+		case n.Live:
+			live++
+		default:
+			down++
+		}
+		if f.m.opts.NoNodeSeries {
+			continue
+		}
+		ch <- gauge(descNodeUp, boolf(n.Live), n.ID)
+		ch <- gauge(descNodeDraining, boolf(n.Draining), n.ID)
+		ch <- gauge(descNodeCap, float64(n.Capacity), n.ID)
+		ch <- gauge(descNodeMisses, float64(n.HeartbeatMisses), n.ID)
+		ch <- gauge(descNodeReconn, float64(n.Reconnects), n.ID)
+		if !n.Live {
+			continue
+		}
+		a := &acc[i]
+		ch <- gauge(descNodeShards, a.ready, n.ID, "ready")
+		ch <- gauge(descNodeShards, a.notReady, n.ID, "not_ready")
+		ch <- gauge(descNodeShards, a.pending, n.ID, "pending")
+		ch <- gauge(descNodeLease, max(0, n.LeaseDeadline.Sub(fs.At).Seconds()), n.ID)
+		ch <- a.ping.metric(descNodePing, n.ID)
+	}
+	ch <- gauge(descNodes, live, "live")
+	ch <- gauge(descNodes, draining, "draining")
+	ch <- gauge(descNodes, down, "down")
+	ch <- fleetPing.metric(descShardPing)
+
+	ch <- gauge(descGeneration, float64(fs.Generation))
+	ch <- gauge(descTotalShards, float64(fs.TotalShards))
+	ch <- gauge(descRebalancing, boolf(fs.Rebalancing))
+	ch <- gauge(descMaxConc, float64(fs.MaxConcurrency))
+	ch <- gauge(descBudgetTotal, float64(fs.Budget.Total))
+	ch <- gauge(descBudgetLeft, float64(fs.Budget.Remaining))
+	ch <- gauge(descBudgetRes, float64(fs.Budget.Reserve))
+	ch <- gauge(descBudgetReset, float64(fs.Budget.ResetAt.UnixMilli())/1000)
+	ch <- gauge(descReady, boolf(v.Ready))
+	for _, r := range Reasons {
+		ch <- gauge(descUnready, float64(v.Reasons[r]), r)
+	}
+	ch <- gauge(descPingBound, f.m.opts.PingBound.Seconds())
+	if f.m.opts.Refusals != nil {
+		counts := f.m.opts.Refusals.Counts()
+		for _, r := range security.Reasons {
+			ch <- prometheus.MustNewConstMetric(descRefusals, prometheus.CounterValue, float64(counts[r]), string(r))
+		}
+	}
+}
+
+func isListedCode(c uint16) bool {
+	for _, l := range closeCodes {
+		if l == c {
+			return true
+		}
+	}
+	return false
+}
+
+// Ensure the collector satisfies the interface.
+var _ prometheus.Collector = (*fleetCollector)(nil)
