@@ -33,10 +33,10 @@ func runConfig(ctx context.Context, args []string) error {
 	flags := newFlagSet("config "+verb, "IMAGE ...")
 	reveal := flags.Bool("reveal", false, "show: print the credential instead of masking it")
 	reset := flags.Bool("reset", false, "set: start from an empty config instead of the current one")
-	if err := parseFlags(flags, args[1:]); err != nil {
+	rest, err := parseInterspersed(flags, args[1:])
+	if err != nil {
 		return err
 	}
-	rest := flags.Args()
 	switch {
 	case verb == "show" && len(rest) == 1 && !*reset:
 		return configShow(rest[0], *reveal)

@@ -29,7 +29,7 @@ func init() {
 	})
 }
 
-const flashSynopsis = "--node NAME [--image out/usb.img] [--controller URL] [--api URL] [--cred CRED | --admin-token-file F [--rotate]] [--yes] [--force] [--skip-zeroed=false] DEVICE|FILE\n       dpxe flash --list [--all]"
+const flashSynopsis = "--node NAME [--image out/usb.img] [--controller URL] [--server URL] [--cred CRED | --token-file F [--rotate]] [--yes] [--force] [--skip-zeroed=false] DEVICE|FILE\n       dpxe flash --list [--all]"
 
 // Seams for tests: the system the safety checks look at, and where the
 // confirmation is read from.
@@ -43,35 +43,43 @@ func runFlash(ctx context.Context, args []string) error {
 	fs := newFlagSet("flash", flashSynopsis)
 	img := fs.String("image", "out/"+image.USBImageFile, "source image (never modified)")
 	node := fs.String("node", "", "node ID to write into DPXE.CFG (required)")
-	ctrl := fs.String("controller", "http://"+defaultListen, "controller URL the node uses, written into DPXE.CFG; also where the credential is fetched unless --api is given")
-	apiURL := fs.String("api", "", "controller URL this machine uses to fetch the credential (default: --controller)")
+	ctrl := fs.String("controller", "http://"+defaultListen, "controller URL the node uses, written into DPXE.CFG; also where the credential is fetched unless --server is given")
+	apiURL := fs.String("server", "", "controller base URL this machine uses to fetch the credential (default: --controller)")
 	cred := fs.String("cred", "", "node credential to write; without it the credential is created (or with --rotate, replaced) at the controller")
-	tokenFile := fs.String("admin-token-file", "./var/"+adminTokenName, "admin token file that dpxe serve wrote")
+	tokenFile := fs.String("token-file", "./var/"+adminTokenName, "admin token file that dpxe serve wrote")
+	renamedFlag(fs, "api", "server")
+	renamedFlag(fs, "admin-token-file", "token-file")
 	rotate := fs.Bool("rotate", false, "the node exists: issue it a new credential (its old one stops working)")
 	yes := fs.Bool("yes", false, "do not ask for confirmation")
 	force := fs.Bool("force", false, "write to a device that is not reported as removable (no other check is overridden)")
 	skipZeroed := fs.Bool("skip-zeroed", true, "devices: read each range first and leave out the image's zero blocks the device already holds as zeros (false: write every byte)")
 	list := fs.Bool("list", false, "list removable block devices and whether they hold Discord-PXE media")
 	all := fs.Bool("all", false, "with --list: include devices that are not removable")
-	if err := parseFlags(fs, args); err != nil {
+	rest, err := parseInterspersed(fs, args)
+	if err != nil {
 		return err
 	}
 	if *list {
-		if fs.NArg() != 0 || *node != "" {
+		if len(rest) != 0 || *node != "" {
 			return fmt.Errorf("%w: --list takes no other arguments", errUsage)
 		}
 		return flashList(*all)
 	}
-	if fs.NArg() != 1 {
+	if len(rest) != 1 {
 		return fmt.Errorf("%w: dpxe flash %s", errUsage, flashSynopsis)
 	}
-	target := fs.Arg(0)
+	target := rest[0]
 	if *node == "" {
 		return fmt.Errorf("%w: --node is required", errUsage)
 	}
 
 	// Everything that can be refused is checked before the controller is
 	// asked for anything and before the prompt.
+	if *apiURL != "" {
+		if err := checkServerURL("--server", *apiURL); err != nil {
+			return err
+		}
+	}
 	cfg, err := baseConfig(*img)
 	if err != nil {
 		return err
@@ -87,16 +95,15 @@ func runFlash(ctx context.Context, args []string) error {
 	if u, _ := url.Parse(*ctrl); u != nil && isLoopback(u.Hostname()) {
 		fmt.Fprintf(os.Stderr, "warning: controller=%s is a loopback address: a node cannot reach it (use --controller http://ADDRESS:PORT)\n", *ctrl)
 	}
+	// Every target check (the source itself, a loop device backed by it,
+	// mounted, the system disk, removable, size) runs here, before the
+	// controller is asked for anything.
 	env := flashEnv()
-	src, err := os.Stat(*img)
-	if err != nil {
-		return err
-	}
 	t, err := env.Inspect(target)
 	if err != nil {
 		return err
 	}
-	if err := env.Check(t, src.Size(), *force); err != nil {
+	if err := env.Preflight(t, *img, *force); err != nil {
 		return err
 	}
 
@@ -109,7 +116,7 @@ func runFlash(ctx context.Context, args []string) error {
 		}
 		tok, err := os.ReadFile(*tokenFile)
 		if err != nil {
-			return fmt.Errorf("admin token (needed to get node %s's credential; or pass --cred): %w", *node, err)
+			return fmt.Errorf("admin token (needed to get node %s's credential; see --token-file, or pass --cred): %w", *node, err)
 		}
 		client = &nodesClient{base: strings.TrimRight(base, "/"), token: strings.TrimSpace(string(tok)), http: &http.Client{Timeout: clientTimeout}}
 		status, err := client.call(ctx, "GET", "/v1/nodes/"+url.PathEscape(*node), nil, nil)
