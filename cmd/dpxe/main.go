@@ -48,8 +48,12 @@ func usage() {
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	width := 0
 	for _, n := range names {
-		fmt.Fprintf(os.Stderr, "  %-10s %s\n", n, commands[n].summary)
+		width = max(width, len(n))
+	}
+	for _, n := range names {
+		fmt.Fprintf(os.Stderr, "  %-*s  %s\n", width, n, commands[n].summary)
 	}
 	fmt.Fprintln(os.Stderr, "\nrun 'dpxe COMMAND -h' for a command's flags")
 }
