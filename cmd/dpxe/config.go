@@ -30,7 +30,14 @@ func runConfig(ctx context.Context, args []string) error {
 		return nil
 	}
 	verb := args[0]
-	flags := newFlagSet("config "+verb, "IMAGE ...")
+	synopsis := "IMAGE ..."
+	switch verb {
+	case "show":
+		synopsis = "[--reveal] IMAGE"
+	case "set":
+		synopsis = "[--reset] IMAGE key=value...  (an empty value removes the key)"
+	}
+	flags := newFlagSet("config "+verb, synopsis)
 	reveal := flags.Bool("reveal", false, "show: print the credential instead of masking it")
 	reset := flags.Bool("reset", false, "set: start from an empty config instead of the current one")
 	rest, err := parseInterspersed(flags, args[1:])
