@@ -43,8 +43,8 @@ func runFlash(ctx context.Context, args []string) error {
 	fs := newFlagSet("flash", flashSynopsis)
 	img := fs.String("image", "out/"+image.USBImageFile, "source image (never modified)")
 	node := fs.String("node", "", "node ID to write into DPXE.CFG (required)")
-	ctrl := fs.String("controller", "http://"+defaultListen, "controller URL the node uses, written into DPXE.CFG; also where the credential is fetched unless --server is given")
-	apiURL := fs.String("server", "", "controller base URL this machine uses to fetch the credential (default: --controller)")
+	ctrl := fs.String("controller", "http://"+defaultListen, "controller URL the node uses, written into DPXE.CFG")
+	apiURL := fs.String("server", "http://"+defaultListen, "controller base URL this machine reaches the API at, to create or rotate the node's credential")
 	cred := fs.String("cred", "", "node credential to write; without it the credential is created (or with --rotate, replaced) at the controller")
 	tokenFile := fs.String("token-file", "./var/"+adminTokenName, "admin token file that dpxe serve wrote")
 	renamedFlag(fs, "api", "server")
@@ -75,10 +75,8 @@ func runFlash(ctx context.Context, args []string) error {
 
 	// Everything that can be refused is checked before the controller is
 	// asked for anything and before the prompt.
-	if *apiURL != "" {
-		if err := checkServerURL("--server", *apiURL); err != nil {
-			return err
-		}
+	if err := checkServerURL("--server", *apiURL); err != nil {
+		return err
 	}
 	cfg, err := baseConfig(*img)
 	if err != nil {
@@ -111,9 +109,6 @@ func runFlash(ctx context.Context, args []string) error {
 	credAction := "given with --cred"
 	if *cred == "" {
 		base := *apiURL
-		if base == "" {
-			base = *ctrl
-		}
 		tok, err := os.ReadFile(*tokenFile)
 		if err != nil {
 			return fmt.Errorf("admin token (needed to get node %s's credential; see --token-file, or pass --cred): %w", *node, err)
