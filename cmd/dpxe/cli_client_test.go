@@ -166,6 +166,13 @@ func TestCLIClientCommands(t *testing.T) {
 		}
 	}
 
+	// delete: refused while live, and the credential keeps working.
+	code, msg := captureRun(t, c("nodes", "delete", "n1")...)
+	if code != 1 || !strings.Contains(msg, "node is live") {
+		t.Errorf("nodes delete of a live node: exit %d\n%s", code, msg)
+	}
+	nodeCheckin(t, srv.url, "n1", bc.Credential, report)
+
 	// The lease ends: no READY count that is not running any more.
 	deadline := time.Now().Add(lease + e2eDeadline)
 	for {
@@ -185,6 +192,30 @@ func TestCLIClientCommands(t *testing.T) {
 	out = mustRun(t, c("nodes", "show", "n1")...)
 	if !strings.Contains(out, "NOT LIVE") || !strings.Contains(out, "STALE") {
 		t.Errorf("nodes show of an expired node does not say so:\n%s", out)
+	}
+
+	// Not live: delete goes through, names the machine still approved as
+	// the node, and the credential stops working.
+	out = mustRun(t, c("nodes", "delete", "n1")...)
+	if !strings.Contains(out, "node n1 deleted") || strings.Contains(out, "still approved") {
+		t.Errorf("nodes delete n1:\n%s", out)
+	}
+	mustRun(t, c("nodes", "approve", "52:54:00:12:34:58", "--id", "n5")...)
+	out = mustRun(t, c("nodes", "delete", "n5")...)
+	if !strings.Contains(out, "node n5 deleted") || !strings.Contains(out, "machine 52:54:00:12:34:58 is still approved as n5") {
+		t.Errorf("nodes delete n5:\n%s", out)
+	}
+	b, _ := json.Marshal(appliance.CheckinRequest{NodeID: "n1", Capacity: 2})
+	if st := httpJSON(t, "POST", srv.url+"/v1/checkin", bc.Credential, string(b), nil); st != http.StatusUnauthorized {
+		t.Errorf("check-in of a deleted node: HTTP %d, want 401", st)
+	}
+	var del map[string]any
+	mustJSON(t, &del, c("nodes", "delete", "n3")...)
+	if del["node_id"] != "n3" || del["deleted"] != true {
+		t.Errorf("nodes delete --json: %v", del)
+	}
+	if code, msg := captureRun(t, c("nodes", "delete", "n1")...); code != 1 || !strings.Contains(msg, "404") {
+		t.Errorf("nodes delete of a deleted node: exit %d\n%s", code, msg)
 	}
 }
 

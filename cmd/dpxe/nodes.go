@@ -23,7 +23,7 @@ import (
 func init() {
 	register(&command{
 		name:    "nodes",
-		summary: "list nodes; add, rotate, drain, undrain, show NAME; machines; approve MAC --id NAME",
+		summary: "list nodes; add, rotate, show, drain, undrain, delete NAME; machines; approve MAC --id NAME; retire MAC",
 		run:     runNodes,
 	})
 }
@@ -98,7 +98,7 @@ func (c *nodesClient) doStatus(ctx context.Context, method, path string, out any
 }
 
 func runNodes(ctx context.Context, args []string) error {
-	fs := newFlagSet("nodes", "[flags] [add|rotate|drain|undrain|show NAME | machines | approve MAC --id NAME | retire MAC]")
+	fs := newFlagSet("nodes", "[flags] [add|rotate|show|drain|undrain|delete NAME | machines | approve MAC --id NAME | retire MAC]")
 	cf := addClientFlags(fs)
 	dbPath := fs.String("db", "", "work on this SQLite file directly instead of a running controller (list and add only)")
 	id := fs.String("id", "", "with approve: the node ID the machine boots as")
@@ -112,7 +112,7 @@ func runNodes(ctx context.Context, args []string) error {
 	case len(rest) == 0:
 	case len(rest) == 1 && rest[0] == "machines":
 		verb = "machines"
-	case len(rest) == 2 && (rest[0] == "add" || rest[0] == "rotate" || rest[0] == "drain" || rest[0] == "undrain" || rest[0] == "show"):
+	case len(rest) == 2 && (rest[0] == "add" || rest[0] == "rotate" || rest[0] == "drain" || rest[0] == "undrain" || rest[0] == "show" || rest[0] == "delete"):
 		verb, name = rest[0], rest[1]
 		if err := appliance.ValidateNodeID(name); err != nil {
 			return fmt.Errorf("%w: %v", errUsage, err)
@@ -125,7 +125,7 @@ func runNodes(ctx context.Context, args []string) error {
 			return fmt.Errorf("%w: --id: %v", errUsage, err)
 		}
 	default:
-		return fmt.Errorf("%w: want no arguments, add|rotate|drain|undrain|show NAME, machines, approve MAC --id NAME, or retire MAC", errUsage)
+		return fmt.Errorf("%w: want no arguments, add|rotate|show|drain|undrain|delete NAME, machines, approve MAC --id NAME, or retire MAC", errUsage)
 	}
 	if *id != "" && verb != "approve" {
 		return fmt.Errorf("%w: --id is for approve only", errUsage)
@@ -184,6 +184,8 @@ func runNodes(ctx context.Context, args []string) error {
 		return nil
 	case "show":
 		return showNode(ctx, c, name, *cf.json)
+	case "delete":
+		return deleteNode(ctx, c, name, *cf.json)
 	case "drain", "undrain":
 		// The same as `dpxe drain NODE`: the preview, and a refusal that
 		// strands shards (`dpxe drain --force` drains anyway).
@@ -219,6 +221,33 @@ func runNodes(ctx context.Context, args []string) error {
 			counts, dash(n.Address), timeText(n.LastSeen))
 	}
 	return tw.Flush()
+}
+
+// deleteNode removes a node that is not live (the controller refuses a
+// live one) and names the machines still approved to boot as it.
+func deleteNode(ctx context.Context, c *nodesClient, id string, asJSON bool) error {
+	var out struct {
+		NodeID  string `json:"node_id"`
+		Deleted bool   `json:"deleted"`
+	}
+	if err := c.do(ctx, "DELETE", "/v1/nodes/"+url.PathEscape(id), nil, &out); err != nil {
+		return err
+	}
+	if asJSON {
+		return printJSON(out)
+	}
+	fmt.Printf("node %s deleted: its credential no longer works and it gets no shards\n", out.NodeID)
+	var ms machineList
+	if err := c.do(ctx, "GET", "/v1/netboot/machines", nil, &ms); err != nil {
+		return err
+	}
+	for _, m := range ms.Machines {
+		if m.NodeID == id && m.State == "approved" {
+			fmt.Printf("machine %s is still approved as %s and cannot enroll now: dpxe nodes retire %s, or approve it under another name\n",
+				macText(m.MAC), id, macText(m.MAC))
+		}
+	}
+	return nil
 }
 
 // timeText is t in RFC 3339 (UTC, seconds), or "never".
