@@ -190,12 +190,17 @@ func applyConfigFile(fs *flag.FlagSet, path string) error {
 	return nil
 }
 
+// dbSchemes are the URL schemes --db takes besides a SQLite path; any
+// other "scheme://" is refused at start instead of becoming a folder named
+// "scheme:". The PostgreSQL store adds postgres and postgresql here.
+var dbSchemes = map[string]bool{}
+
 // checkServeCore checks the settings of serve.go itself: a database path
 // this build can open, a listen address, and the controller's policy by the
 // controller's own rules.
 func checkServeCore(cfg serveConfig) error {
-	if i := strings.Index(cfg.DB, "://"); i > 0 {
-		return fmt.Errorf("%w: --db %q: %s databases are not supported yet; give a SQLite file path (PostgreSQL replicas arrive with the high-availability work)",
+	if i := strings.Index(cfg.DB, "://"); i > 0 && !dbSchemes[cfg.DB[:i]] {
+		return fmt.Errorf("%w: --db %q: %s databases are not supported by this build; give a SQLite file path (PostgreSQL replicas arrive with the high-availability work)",
 			errUsage, redactURL(cfg.DB), cfg.DB[:i])
 	}
 	if cfg.DB == "" {
