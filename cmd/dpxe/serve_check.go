@@ -35,7 +35,8 @@ var (
 // one-time actions that a file would repeat at every start.
 var configOnlyFlags = map[string]string{
 	"config":             "a config file cannot name another",
-	"rotate-admin-token": "it is a one-time action; give it on the command line",
+	"rotate-admin-token":   "it is a one-time action; give it on the command line",
+	"rotate-metrics-token": "it is a one-time action; give it on the command line",
 }
 
 // configEntry is one key of a --config file with its values as flag text
