@@ -34,7 +34,7 @@ var (
 // configOnlyFlags may not be set from a --config file: --config itself, and
 // one-time actions that a file would repeat at every start.
 var configOnlyFlags = map[string]string{
-	"config":             "a config file cannot name another",
+	"config":               "a config file cannot name another",
 	"rotate-admin-token":   "it is a one-time action; give it on the command line",
 	"rotate-metrics-token": "it is a one-time action; give it on the command line",
 }
