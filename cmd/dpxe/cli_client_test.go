@@ -3,7 +3,9 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -24,15 +26,47 @@ func mustRun(t *testing.T, args ...string) string {
 	return out
 }
 
-// mustJSON runs a command with --json and decodes its output into v,
-// refusing unknown fields (what the command prints is what v says).
+// captureSplit runs a dpxe command line in process and returns its exit
+// status, standard output and standard error apart.
+func captureSplit(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	or, ow, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	er, ew, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldOut, oldErr := os.Stdout, os.Stderr
+	os.Stdout, os.Stderr = ow, ew
+	outc, errc := make(chan []byte), make(chan []byte)
+	go func() { b, _ := io.ReadAll(or); outc <- b }()
+	go func() { b, _ := io.ReadAll(er); errc <- b }()
+	code := run(args)
+	os.Stdout, os.Stderr = oldOut, oldErr
+	ow.Close()
+	ew.Close()
+	return code, string(<-outc), string(<-errc)
+}
+
+// mustJSON runs a command with --json and decodes its standard output into
+// v, refusing unknown fields and anything after the value (what the
+// command prints is what v says).
 func mustJSON(t *testing.T, v any, args ...string) {
 	t.Helper()
-	out := mustRun(t, append(args, "--json")...)
+	args = append(args, "--json")
+	code, out, errOut := captureSplit(t, args...)
+	if code != 0 {
+		t.Fatalf("dpxe %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errOut)
+	}
 	dec := json.NewDecoder(strings.NewReader(out))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		t.Fatalf("dpxe %s --json: %v\n%s", strings.Join(args, " "), err, out)
+		t.Fatalf("dpxe %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	if dec.More() {
+		t.Fatalf("dpxe %s: more than one JSON value on stdout:\n%s", strings.Join(args, " "), out)
 	}
 }
 

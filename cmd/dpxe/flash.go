@@ -29,7 +29,7 @@ func init() {
 	})
 }
 
-const flashSynopsis = "--node NAME [--image out/usb.img] [--controller URL] [--server URL] [--cred CRED | --token-file F [--rotate]] [--yes] [--force] [--skip-zeroed=false] DEVICE|FILE\n       dpxe flash --list [--all]"
+const flashSynopsis = "--node NAME [--image out/usb.img] [--controller URL] [--server URL] [--cred CRED | --token-file F [--rotate]] [--yes] [--force] [--skip-zeroed=false] [--json] DEVICE|FILE\n       dpxe flash --list [--all] [--json]"
 
 // Seams for tests: the system the safety checks look at, and where the
 // confirmation is read from.
@@ -55,6 +55,7 @@ func runFlash(ctx context.Context, args []string) error {
 	skipZeroed := fs.Bool("skip-zeroed", true, "devices: read each range first and leave out the image's zero blocks the device already holds as zeros (false: write every byte)")
 	list := fs.Bool("list", false, "list removable block devices and whether they hold Discord-PXE media")
 	all := fs.Bool("all", false, "with --list: include devices that are not removable")
+	asJSON := fs.Bool("json", false, "print the result (or with --list the devices) as JSON; progress and the question stay on stderr")
 	rest, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -63,7 +64,7 @@ func runFlash(ctx context.Context, args []string) error {
 		if len(rest) != 0 || *node != "" {
 			return fmt.Errorf("%w: --list takes no other arguments", errUsage)
 		}
-		return flashList(*all)
+		return flashList(*all, *asJSON)
 	}
 	if len(rest) != 1 {
 		return fmt.Errorf("%w: dpxe flash %s", errUsage, flashSynopsis)
@@ -158,6 +159,11 @@ func runFlash(ctx context.Context, args []string) error {
 	if shown.Credential != "" {
 		shown.Credential = credentialMask
 	}
+	if *asJSON {
+		return printJSON(flashOut{Target: target, Image: *img, Size: res.Size, SHA256: hex.EncodeToString(res.SHA256[:]),
+			Config: shown.String(), Credential: credAction, Written: res.Written, Skipped: res.Skipped,
+			WriteMS: res.WriteTime.Milliseconds(), VerifyMS: res.VerifyTime.Milliseconds(), VerifyDirect: res.VerifyDirect})
+	}
 	fmt.Printf("%s: flashed and verified %s (%d bytes, SHA-256 %s)\n", target, *img, res.Size, hex.EncodeToString(res.SHA256[:]))
 	fmt.Printf("  DPXE.CFG: %s\n", shown.String())
 	how := "holes of a new file"
@@ -170,6 +176,21 @@ func runFlash(ctx context.Context, args []string) error {
 	fmt.Printf("  wrote %d bytes, skipped %d zero bytes (%s), write+sync %s, verify %s (%s)\n", res.Written, res.Skipped, how,
 		res.WriteTime.Round(time.Millisecond), res.VerifyTime.Round(time.Millisecond), verifyHow(res.VerifyDirect))
 	return nil
+}
+
+// flashOut is what a flash prints with --json.
+type flashOut struct {
+	Target       string `json:"target"`
+	Image        string `json:"image"`
+	Size         int64  `json:"size"`
+	SHA256       string `json:"sha256"`     // of the personalised image, read back from the target
+	Config       string `json:"config"`     // DPXE.CFG's boot config, credential masked
+	Credential   string `json:"credential"` // what happened to it: given, created, rotated
+	Written      int64  `json:"written"`
+	Skipped      int64  `json:"skipped"`
+	WriteMS      int64  `json:"write_ms"`
+	VerifyMS     int64  `json:"verify_ms"`
+	VerifyDirect bool   `json:"verify_direct"` // read back with O_DIRECT
 }
 
 func verifyHow(direct bool) string {
@@ -288,10 +309,31 @@ func (c *nodesClient) call(ctx context.Context, method, path string, body, out a
 }
 
 // flashList prints the block devices and what they hold.
-func flashList(all bool) error {
+func flashList(all, asJSON bool) error {
 	ms, err := flashEnv().List(all)
 	if err != nil {
 		return err
+	}
+	if asJSON {
+		type device struct {
+			Path       string `json:"path"`
+			Size       int64  `json:"size"`
+			Removable  bool   `json:"removable"`
+			Vendor     string `json:"vendor,omitempty"`
+			Model      string `json:"model,omitempty"`
+			Backing    string `json:"backing,omitempty"` // a loop device's file
+			DPXE       bool   `json:"dpxe"`             // holds Discord-PXE media
+			Loader     bool   `json:"loader"`           // our MBR loader at least
+			Node       string `json:"node,omitempty"`
+			Controller string `json:"controller,omitempty"`
+			Note       string `json:"note,omitempty"`
+		}
+		out := make([]device, 0, len(ms))
+		for _, m := range ms {
+			out = append(out, device{m.Path, m.Size, m.Removable, strings.TrimSpace(m.Vendor), strings.TrimSpace(m.Model), m.Backing,
+				m.DPXE, m.Loader, m.Node, m.Ctrl, m.Note})
+		}
+		return printJSON(map[string]any{"devices": out})
 	}
 	if len(ms) == 0 {
 		if all {
