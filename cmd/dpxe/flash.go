@@ -322,8 +322,8 @@ func flashList(all, asJSON bool) error {
 			Vendor     string `json:"vendor,omitempty"`
 			Model      string `json:"model,omitempty"`
 			Backing    string `json:"backing,omitempty"` // a loop device's file
-			DPXE       bool   `json:"dpxe"`             // holds Discord-PXE media
-			Loader     bool   `json:"loader"`           // our MBR loader at least
+			DPXE       bool   `json:"dpxe"`              // holds Discord-PXE media
+			Loader     bool   `json:"loader"`            // our MBR loader at least
 			Node       string `json:"node,omitempty"`
 			Controller string `json:"controller,omitempty"`
 			Note       string `json:"note,omitempty"`
