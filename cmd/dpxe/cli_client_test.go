@@ -115,6 +115,15 @@ func TestCLIClientCommands(t *testing.T) {
 		t.Errorf("nodes rotate --json: %+v", rotated)
 	}
 
+	// Neither --controller given nor --server usable as controller=: the
+	// line leaves it out and says so.
+	code, stdout, stderr := captureSplit(t, "nodes", "add", "n6", "--server", strings.Replace(srv.url, "http://", "HTTP://", 1), "--token-file", srv.token)
+	if m := regexp.MustCompile(`(?m)^boot config: (node=n6 cred=\S+)$`).FindStringSubmatch(stdout); code != 0 || m == nil || !strings.Contains(stderr, "no controller=") {
+		t.Errorf("nodes add with an unusable --server: exit %d\n%s%s", code, stdout, stderr)
+	} else if _, err := appliance.ParseBootConfig([]byte(m[1])); err != nil {
+		t.Errorf("boot config line %q: %v", m[1], err)
+	}
+
 	// A node with two shards, one READY and one FATAL 4004.
 	first := nodeCheckin(t, srv.url, "n1", bc.Credential, appliance.CheckinRequest{Capacity: 2})
 	report := appliance.CheckinRequest{Capacity: 2, Generation: first.Generation, ReadyShards: 1, FatalShards: 1, Shards: []appliance.ShardStatus{
@@ -137,7 +146,7 @@ func TestCLIClientCommands(t *testing.T) {
 		Nodes []controller.NodeView `json:"nodes"`
 	}
 	mustJSON(t, &list, c("nodes")...)
-	if len(list.Nodes) != 2 {
+	if len(list.Nodes) != 3 { // n1, n2, n6
 		t.Errorf("nodes --json: %+v", list)
 	}
 
@@ -192,6 +201,8 @@ func TestCLIClientCommands(t *testing.T) {
 		{[]string{"flash", "--api", srv.url, "--node", "x", "t.img"}, "--api is now called --server"},
 		{[]string{"flash", "--admin-token-file", srv.token, "--node", "x", "t.img"}, "--admin-token-file is now called --token-file"},
 		{[]string{"nodes", "--server", "ftp://x"}, "--server"},
+		{[]string{"nodes", "add", "n9", "--controller", "https://x", "--server", srv.url, "--token-file", srv.token}, "--controller"},
+		{[]string{"nodes", "--db", filepath.Join(srv.dir, "var", "dpxe.db"), "add", "n9", "--controller", "wss://x"}, "--controller"},
 		{[]string{"nodes", "show", "n1", "--id", "x", "--server", srv.url, "--token-file", srv.token}, "--id is for approve only"},
 	} {
 		code, msg := captureRun(t, tc.args...)

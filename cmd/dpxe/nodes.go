@@ -136,6 +136,12 @@ func runNodes(ctx context.Context, args []string) error {
 	if *dbPath != "" && verb != "list" && verb != "add" {
 		return fmt.Errorf("%w: --db works for list and add only; %s needs the running controller", errUsage, verb)
 	}
+	if *ctrlURL != "" {
+		var bc appliance.BootConfig
+		if err := bc.Set("controller=" + *ctrlURL); err != nil {
+			return fmt.Errorf("%w: --controller %q: %v (the node's boot config takes http://HOST[:PORT] only)", errUsage, *ctrlURL, err)
+		}
+	}
 	if *dbPath != "" {
 		return nodesOffline(ctx, *dbPath, verb, name, *ctrlURL, *cf.json)
 	}
@@ -147,11 +153,11 @@ func runNodes(ctx context.Context, args []string) error {
 	case "add", "rotate":
 		ctrl := *ctrlURL
 		if ctrl == "" {
-			ctrl = c.base
-		}
-		var bc appliance.BootConfig
-		if err := bc.Set("controller=" + ctrl); err != nil {
-			return fmt.Errorf("%w: --controller %q: %v (the node's boot config takes http://HOST[:PORT] only)", errUsage, ctrl, err)
+			// --server, if a node could use it as controller=.
+			var bc appliance.BootConfig
+			if bc.Set("controller="+c.base) == nil {
+				ctrl = c.base
+			}
 		}
 		var out api.AddNodeResponse
 		method, path, body := "POST", "/v1/nodes", any(map[string]string{"node_id": name})
@@ -281,7 +287,9 @@ func printCredential(r api.AddNodeResponse, controllerURL string, asJSON bool) e
 		return printJSON(credentialOut{r, line})
 	}
 	fmt.Printf("node %s: new credential, shown only now:\n%s\nboot config: %s\n", r.NodeID, r.Credential, line)
-	if u, err := url.Parse(controllerURL); err == nil && isLoopback(u.Hostname()) {
+	if controllerURL == "" {
+		fmt.Fprintln(os.Stderr, "warning: the boot config line has no controller=: pass --controller http://ADDRESS:PORT, the address nodes use")
+	} else if u, err := url.Parse(controllerURL); err == nil && isLoopback(u.Hostname()) {
 		fmt.Fprintf(os.Stderr, "warning: controller=%s is a loopback address: a node cannot reach it (pass --controller http://ADDRESS:PORT, the address nodes use)\n", controllerURL)
 	}
 	return nil
