@@ -166,6 +166,9 @@ func dpxeCommands(ex docExample) ([][]string, error) {
 	return out, nil
 }
 
+// clientCommands talk to a running controller through clientFlags.
+var clientCommands = map[string]bool{"drain": true, "undrain": true, "route": true, "restart-fatal": true, "login-link": true, "nodes": true}
+
 // checkDocCommand parses one documented dpxe command line against the real
 // flag sets: `dpxe serve` through all of its start-up checks, the others
 // up to the end of their flags.
@@ -190,8 +193,15 @@ func checkDocCommand(args []string) error {
 		}
 		return err
 	}
-	flagsOnly, usageOut = true, io.Discard
-	defer func() { flagsOnly, usageOut = false, nil }()
+	// Client commands check their arguments too and stop where they would
+	// reach the controller; the others stop after their flags.
+	usageOut = io.Discard
+	if clientCommands[name] {
+		stopAtClient = true
+	} else {
+		flagsOnly = true
+	}
+	defer func() { flagsOnly, stopAtClient, usageOut = false, false, nil }()
 	err := c.run(context.Background(), args[1:])
 	if errors.Is(err, errFlagsOnly) {
 		return nil
@@ -244,6 +254,9 @@ func TestDocsExamplesCatchDrift(t *testing.T) {
 		"dpxe nodes --nonesuch",
 		"dpxe serve --dhcp proxy",
 		"dpxe servee",
+		"dpxe route not-a-guild",
+		"dpxe nodes approve 52:54:00:12:34:56",
+		"dpxe nodes show",
 	} {
 		cmds, err := dpxeCommands(docExample{info: "sh", text: bad})
 		if err != nil || len(cmds) != 1 {

@@ -143,6 +143,9 @@ func runNodes(ctx context.Context, args []string) error {
 		}
 	}
 	if *dbPath != "" {
+		if stopAtClient {
+			return errFlagsOnly
+		}
 		return nodesOffline(ctx, *dbPath, verb, name, *ctrlURL, *cf.json)
 	}
 	c, err := cf.client()

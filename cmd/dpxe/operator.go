@@ -51,6 +51,9 @@ func addClientFlags(fs *flag.FlagSet) clientFlags {
 
 // client builds the admin client from the flags.
 func (f clientFlags) client() (*nodesClient, error) {
+	if stopAtClient {
+		return nil, errFlagsOnly
+	}
 	if err := checkServerURL("--server", *f.server); err != nil {
 		return nil, err
 	}

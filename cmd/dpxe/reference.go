@@ -25,6 +25,10 @@ var (
 	// flags parsed, before it acts: the docs test checks command lines
 	// against the real flag sets this way.
 	flagsOnly bool
+	// stopAtClient makes a client command return errFlagsOnly where it
+	// would first reach the controller or the database, after its flags
+	// and positional arguments were checked (the docs test's deeper check).
+	stopAtClient bool
 )
 
 // errFlagsOnly is what a command returns under flagsOnly once its flags
