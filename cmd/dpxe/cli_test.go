@@ -260,6 +260,16 @@ func TestServeConfigCoversEveryPart(t *testing.T) {
 	}
 }
 
+// TestServeConfigMissing: a --config file that is not there is a usage
+// error that still says so (the docs test lets a reader's own file be
+// missing by that).
+func TestServeConfigMissing(t *testing.T) {
+	_, err := parseServeFlags([]string{"--config", filepath.Join(t.TempDir(), "none.json")})
+	if !errors.Is(err, errUsage) || !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), "--config") {
+		t.Errorf("missing --config file: %v", err)
+	}
+}
+
 // FuzzConfigObject: the --config parser never panics, and what it accepts
 // has keys given once.
 func FuzzConfigObject(f *testing.F) {

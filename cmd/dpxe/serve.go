@@ -124,7 +124,7 @@ func parseServeFlags(args []string) (serveConfig, error) {
 	}
 	if *configFile != "" {
 		if err := applyConfigFile(fs, *configFile); err != nil {
-			return cfg, fmt.Errorf("%w: %v", errUsage, err)
+			return cfg, fmt.Errorf("%w: %w", errUsage, err)
 		}
 	}
 	var err error
