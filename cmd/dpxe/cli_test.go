@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -10,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The CLI's tests against a real `dpxe serve` (issue 23): the binary is
@@ -289,4 +292,74 @@ func FuzzConfigObject(f *testing.F) {
 			seen[e.key] = true
 		}
 	})
+}
+
+// losetup attaches backing to a free loop device for the test (root and
+// losetup only; the test is skipped otherwise).
+func losetup(t *testing.T, backing string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("loop devices need root")
+	}
+	if _, err := exec.LookPath("losetup"); err != nil {
+		t.Skip("losetup not installed")
+	}
+	out, err := exec.Command("losetup", "--find", "--show", backing).CombinedOutput()
+	if err != nil {
+		t.Skipf("losetup: %v: %s", err, out)
+	}
+	dev := strings.TrimSpace(string(out))
+	t.Cleanup(func() {
+		if out, err := exec.Command("losetup", "--detach", dev).CombinedOutput(); err != nil {
+			t.Errorf("losetup --detach %s: %v: %s", dev, err, out)
+		}
+	})
+	return dev
+}
+
+// TestFlashRefusesDevicesBeforeController (issue 23.2) on loop devices: a
+// device backed by the source image, and a device another program holds
+// exclusively, are refused before the node is created at the controller.
+func TestFlashRefusesDevicesBeforeController(t *testing.T) {
+	srv := startCLIServer(t)
+	dir := t.TempDir()
+	src := filepath.Join(dir, "usb.img")
+	b, err := os.ReadFile(flashSource(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(src, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	self := losetup(t, src)
+	other := filepath.Join(dir, "other.img")
+	if err := os.WriteFile(other, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(other, int64(len(b))); err != nil {
+		t.Fatal(err)
+	}
+	held := losetup(t, other)
+	h, err := os.OpenFile(held, os.O_RDONLY|unix.O_EXCL, 0)
+	if err != nil {
+		t.Fatalf("holding %s: %v", held, err)
+	}
+	defer h.Close()
+	for i, tc := range []struct{ dev, want string }{
+		{self, "is the source image"},
+		{held, "is in use"},
+	} {
+		node := fmt.Sprintf("loop-refused-%d", i)
+		code, msg := captureRun(t, srv.client("flash", "--force", "--image", src, "--node", node, "--controller", "http://10.0.0.5:8080", "--yes", tc.dev)...)
+		if code != 1 || !strings.Contains(msg, tc.want) {
+			t.Errorf("flash onto %s: exit %d, want 1 with %q:\n%s", tc.dev, code, tc.want, msg)
+		}
+		if st := nodeStatus(t, srv.url, srv.token, node); st != http.StatusNotFound {
+			t.Errorf("flash onto %s was refused but node %s is at the controller (HTTP %d)", tc.dev, node, st)
+		}
+	}
+	h.Close()
+	if code, msg := captureRun(t, srv.client("flash", "--force", "--image", src, "--node", "loop-ok", "--controller", "http://10.0.0.5:8080", "--yes", held)...); code != 0 {
+		t.Errorf("flash onto %s once released: exit %d\n%s", held, code, msg)
+	}
 }

@@ -38,7 +38,8 @@ var (
 
 // Preflight runs every check Flash makes before it writes, for a target
 // already inspected and the source image at img: the target is not the
-// image itself nor a loop device backed by it, then Check. Callers that
+// image itself nor a loop device backed by it, then Check, then (block
+// devices) an exclusive open for writing, closed at once. Callers that
 // change something elsewhere before flashing (`dpxe flash` creating the
 // node at the controller) call it first, so a refusal changes nothing.
 func (e *Env) Preflight(t *Target, img string, force bool) error {
@@ -57,7 +58,23 @@ func (e *Env) Preflight(t *Target, img string, force bool) error {
 			return fmt.Errorf("%s %w: its backing file is %s", t.Path, ErrSameFile, img)
 		}
 	}
-	return e.Check(t, srcInfo.Size(), force)
+	if err := e.Check(t, srcInfo.Size(), force); err != nil {
+		return err
+	}
+	if t.Block {
+		// What the write's exclusive open will meet: a mount in another
+		// namespace or a program holding the device refuses it now, and
+		// so does a device this user may not write.
+		f, err := os.OpenFile(t.Path, os.O_WRONLY|unix.O_EXCL, 0)
+		if errors.Is(err, unix.EBUSY) {
+			return fmt.Errorf("%s %w: the kernel refuses exclusive access (mounted or claimed by something else)", t.Path, ErrInUse)
+		}
+		if err != nil {
+			return err
+		}
+		f.Close()
+	}
+	return nil
 }
 
 // Check refuses targets flash must not write. For a block device, in this
