@@ -55,7 +55,7 @@ func usage() {
 	for _, n := range names {
 		fmt.Fprintf(os.Stderr, "  %-*s  %s\n", width, n, commands[n].summary)
 	}
-	fmt.Fprintln(os.Stderr, "\nrun 'dpxe COMMAND -h' for a command's flags")
+	fmt.Fprintln(os.Stderr, "\nrun 'dpxe help COMMAND' for a command's flags (all of them: docs/commands.md)")
 }
 
 func main() {
