@@ -4,6 +4,8 @@ OUT     ?= out
 DEPS    := tools/scripts/deps.sh
 # Go test timeout for the whole suite; CI gives make test 30 minutes.
 TEST_TIMEOUT ?= 25m
+# What `dpxe version` says for bin/dpxe.
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo devel)
 
 # `make run` options (docs/lab.md): nodes to PXE-boot, total shards, Discord's
 # max_concurrency, and the nodes' firmware (bios: SeaBIOS + e1000, uefi:
@@ -34,7 +36,7 @@ deps-bench:
 # The dpxe binary, and the Gateway emulator that `dpxe smoke` runs beside it
 # for its netboot paths.
 build:
-	$(GO) build -o bin/dpxe ./cmd/dpxe
+	$(GO) build -ldflags "-X main.buildVersion=$(VERSION)" -o bin/dpxe ./cmd/dpxe
 	$(GO) build -o bin/gateway-emulator ./tools/cmd/gateway-emulator
 
 # Assemble the kernel and write kernel.bin, netboot/, usb.img and manifest.json.

@@ -31,7 +31,7 @@ func runAdmin(ctx context.Context, args []string) error {
 		return fmt.Errorf("%w: want `dpxe admin passwd [--db FILE] [--clear]`", errUsage)
 	}
 	fs := newFlagSet("admin passwd", "[--db FILE] [--clear]")
-	dbPath := fs.String("db", defaultDBPath, "SQLite inventory file of `dpxe serve` (it may be running)")
+	dbPath := fs.String("db", defaultDBPath, "SQLite inventory file of dpxe serve (it may be running)")
 	clearIt := fs.Bool("clear", false, "remove the password; only the admin token logs in afterwards")
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err

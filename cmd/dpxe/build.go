@@ -20,9 +20,10 @@ func init() {
 
 // runBuild implements `dpxe build [--out DIR] [--src DIR]`.
 func runBuild(ctx context.Context, args []string) error {
-	flags := newFlagSet("build", "[--out DIR] [--src DIR]")
+	flags := newFlagSet("build", "[--out DIR] [--src DIR] [--json]")
 	out := flags.String("out", "out", "output `directory` for the artifacts")
 	src := flags.String("src", "", "assemble the kernel tree in this `directory` instead of the sources built into dpxe")
+	asJSON := flags.Bool("json", false, "print the manifest (manifest.json) instead of text")
 	if err := parseFlags(flags, args); err != nil {
 		return err
 	}
@@ -37,6 +38,9 @@ func runBuild(ctx context.Context, args []string) error {
 	})
 	if err != nil {
 		return err
+	}
+	if *asJSON {
+		return printJSON(m)
 	}
 	fmt.Printf("kernel %s (%s)\n", m.KernelVersion, m.NASMVersion)
 	for _, a := range m.Artifacts {

@@ -30,18 +30,26 @@ func runConfig(ctx context.Context, args []string) error {
 		return nil
 	}
 	verb := args[0]
-	flags := newFlagSet("config "+verb, "IMAGE ...")
+	synopsis := "IMAGE ..."
+	switch verb {
+	case "show":
+		synopsis = "[--reveal] [--json] IMAGE"
+	case "set":
+		synopsis = "[--reset] [--json] IMAGE key=value...  (an empty value removes the key)"
+	}
+	flags := newFlagSet("config "+verb, synopsis)
 	reveal := flags.Bool("reveal", false, "show: print the credential instead of masking it")
 	reset := flags.Bool("reset", false, "set: start from an empty config instead of the current one")
-	if err := parseFlags(flags, args[1:]); err != nil {
+	asJSON := flags.Bool("json", false, "print {image, lba, text, effective, error} instead of text")
+	rest, err := parseInterspersed(flags, args[1:])
+	if err != nil {
 		return err
 	}
-	rest := flags.Args()
 	switch {
 	case verb == "show" && len(rest) == 1 && !*reset:
-		return configShow(rest[0], *reveal)
+		return configShow(rest[0], *reveal, *asJSON)
 	case verb == "set" && len(rest) >= 2 && !*reveal:
-		return configSet(rest[0], rest[1:], *reset)
+		return configSet(rest[0], rest[1:], *reset, *asJSON)
 	case verb == "show" || verb == "set":
 		return fmt.Errorf("%w: dpxe config %s", errUsage, configSynopsis)
 	default:
@@ -51,12 +59,34 @@ func runConfig(ctx context.Context, args []string) error {
 
 // configShow prints DPXE.CFG's text and what it configures; an invalid file
 // is printed too, and the command fails with the reason.
-func configShow(path string, reveal bool) error {
+func configShow(path string, reveal, asJSON bool) error {
 	cfg, err := image.ReadUSBConfig(path)
 	if err != nil {
 		return err
 	}
 	text := image.ConfigText(cfg.Raw)
+	if asJSON {
+		out := configOut{Image: path, LBA: cfg.LBA, Text: string(text)}
+		if !reveal {
+			out.Text = string(maskCredential(text))
+		}
+		c, perr := appliance.ParseBootConfig(cfg.Raw)
+		if perr == nil {
+			if c.Credential != "" && !reveal {
+				c.Credential = credentialMask
+			}
+			out.Effective = c.String()
+		} else {
+			out.Error = perr.Error()
+		}
+		if err := printJSON(out); err != nil {
+			return err
+		}
+		if perr != nil {
+			return fmt.Errorf("%s: DPXE.CFG is invalid, the kernel will refuse it: %w", path, perr)
+		}
+		return nil
+	}
 	fmt.Printf("# %s: DPXE.CFG at LBA %d (%d bytes of text)\n", path, cfg.LBA, len(text))
 	if !reveal {
 		text = maskCredential(text)
@@ -82,7 +112,7 @@ func configShow(path string, reveal bool) error {
 
 // configSet applies assignments to the image's config and rewrites DPXE.CFG
 // in place.
-func configSet(path string, assignments []string, reset bool) error {
+func configSet(path string, assignments []string, reset, asJSON bool) error {
 	cfg, err := image.ReadUSBConfig(path)
 	if err != nil {
 		return err
@@ -109,8 +139,21 @@ func configSet(path string, assignments []string, reset bool) error {
 	if c.Credential != "" {
 		c.Credential = credentialMask
 	}
+	if asJSON {
+		return printJSON(configOut{Image: path, LBA: cfg.LBA, Effective: c.String()})
+	}
 	fmt.Printf("%s: DPXE.CFG now: %s\n", path, c.String())
 	return nil
+}
+
+// configOut is what config show and set print with --json; the credential
+// is masked unless --reveal.
+type configOut struct {
+	Image     string `json:"image"`
+	LBA       uint32 `json:"lba"`
+	Text      string `json:"text,omitempty"`  // DPXE.CFG's text (show)
+	Effective string `json:"effective"`       // the boot config it makes, one line
+	Error     string `json:"error,omitempty"` // why the kernel would refuse it
 }
 
 // credentialMask replaces a node credential in what config prints.

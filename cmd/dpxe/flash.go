@@ -29,7 +29,7 @@ func init() {
 	})
 }
 
-const flashSynopsis = "--node NAME [--image out/usb.img] [--controller URL] [--api URL] [--cred CRED | --admin-token-file F [--rotate]] [--yes] [--force] [--skip-zeroed=false] DEVICE|FILE\n       dpxe flash --list [--all]"
+const flashSynopsis = "--node NAME [--image out/usb.img] [--controller URL] [--server URL] [--cred CRED | --token-file F [--rotate]] [--yes] [--force] [--skip-zeroed=false] [--json] DEVICE|FILE\n       dpxe flash --list [--all] [--json]"
 
 // Seams for tests: the system the safety checks look at, and where the
 // confirmation is read from.
@@ -43,35 +43,42 @@ func runFlash(ctx context.Context, args []string) error {
 	fs := newFlagSet("flash", flashSynopsis)
 	img := fs.String("image", "out/"+image.USBImageFile, "source image (never modified)")
 	node := fs.String("node", "", "node ID to write into DPXE.CFG (required)")
-	ctrl := fs.String("controller", "http://"+defaultListen, "controller URL the node uses, written into DPXE.CFG; also where the credential is fetched unless --api is given")
-	apiURL := fs.String("api", "", "controller URL this machine uses to fetch the credential (default: --controller)")
+	ctrl := fs.String("controller", "http://"+defaultListen, "controller URL the node uses, written into DPXE.CFG")
+	apiURL := fs.String("server", "http://"+defaultListen, "controller base URL this machine reaches the API at, to create or rotate the node's credential")
 	cred := fs.String("cred", "", "node credential to write; without it the credential is created (or with --rotate, replaced) at the controller")
-	tokenFile := fs.String("admin-token-file", "./var/"+adminTokenName, "admin token file that dpxe serve wrote")
+	tokenFile := fs.String("token-file", "./var/"+adminTokenName, "admin token file that dpxe serve wrote")
+	renamedFlag(fs, "api", "server")
+	renamedFlag(fs, "admin-token-file", "token-file")
 	rotate := fs.Bool("rotate", false, "the node exists: issue it a new credential (its old one stops working)")
 	yes := fs.Bool("yes", false, "do not ask for confirmation")
 	force := fs.Bool("force", false, "write to a device that is not reported as removable (no other check is overridden)")
 	skipZeroed := fs.Bool("skip-zeroed", true, "devices: read each range first and leave out the image's zero blocks the device already holds as zeros (false: write every byte)")
 	list := fs.Bool("list", false, "list removable block devices and whether they hold Discord-PXE media")
 	all := fs.Bool("all", false, "with --list: include devices that are not removable")
-	if err := parseFlags(fs, args); err != nil {
+	asJSON := fs.Bool("json", false, "print the result (or with --list the devices) as JSON; progress and the question stay on stderr")
+	rest, err := parseInterspersed(fs, args)
+	if err != nil {
 		return err
 	}
 	if *list {
-		if fs.NArg() != 0 || *node != "" {
+		if len(rest) != 0 || *node != "" {
 			return fmt.Errorf("%w: --list takes no other arguments", errUsage)
 		}
-		return flashList(*all)
+		return flashList(*all, *asJSON)
 	}
-	if fs.NArg() != 1 {
+	if len(rest) != 1 {
 		return fmt.Errorf("%w: dpxe flash %s", errUsage, flashSynopsis)
 	}
-	target := fs.Arg(0)
+	target := rest[0]
 	if *node == "" {
 		return fmt.Errorf("%w: --node is required", errUsage)
 	}
 
 	// Everything that can be refused is checked before the controller is
 	// asked for anything and before the prompt.
+	if err := checkServerURL("--server", *apiURL); err != nil {
+		return err
+	}
 	cfg, err := baseConfig(*img)
 	if err != nil {
 		return err
@@ -87,16 +94,15 @@ func runFlash(ctx context.Context, args []string) error {
 	if u, _ := url.Parse(*ctrl); u != nil && isLoopback(u.Hostname()) {
 		fmt.Fprintf(os.Stderr, "warning: controller=%s is a loopback address: a node cannot reach it (use --controller http://ADDRESS:PORT)\n", *ctrl)
 	}
+	// Every target check (the source itself, a loop device backed by it,
+	// mounted, the system disk, removable, size) runs here, before the
+	// controller is asked for anything.
 	env := flashEnv()
-	src, err := os.Stat(*img)
-	if err != nil {
-		return err
-	}
 	t, err := env.Inspect(target)
 	if err != nil {
 		return err
 	}
-	if err := env.Check(t, src.Size(), *force); err != nil {
+	if err := env.Preflight(t, *img, *force); err != nil {
 		return err
 	}
 
@@ -104,12 +110,9 @@ func runFlash(ctx context.Context, args []string) error {
 	credAction := "given with --cred"
 	if *cred == "" {
 		base := *apiURL
-		if base == "" {
-			base = *ctrl
-		}
 		tok, err := os.ReadFile(*tokenFile)
 		if err != nil {
-			return fmt.Errorf("admin token (needed to get node %s's credential; or pass --cred): %w", *node, err)
+			return fmt.Errorf("admin token (needed to get node %s's credential; see --token-file, or pass --cred): %w", *node, err)
 		}
 		client = &nodesClient{base: strings.TrimRight(base, "/"), token: strings.TrimSpace(string(tok)), http: &http.Client{Timeout: clientTimeout}}
 		status, err := client.call(ctx, "GET", "/v1/nodes/"+url.PathEscape(*node), nil, nil)
@@ -156,6 +159,11 @@ func runFlash(ctx context.Context, args []string) error {
 	if shown.Credential != "" {
 		shown.Credential = credentialMask
 	}
+	if *asJSON {
+		return printJSON(flashOut{Target: target, Image: *img, Size: res.Size, SHA256: hex.EncodeToString(res.SHA256[:]),
+			Config: shown.String(), Credential: credAction, Written: res.Written, Skipped: res.Skipped,
+			WriteMS: res.WriteTime.Milliseconds(), VerifyMS: res.VerifyTime.Milliseconds(), VerifyDirect: res.VerifyDirect})
+	}
 	fmt.Printf("%s: flashed and verified %s (%d bytes, SHA-256 %s)\n", target, *img, res.Size, hex.EncodeToString(res.SHA256[:]))
 	fmt.Printf("  DPXE.CFG: %s\n", shown.String())
 	how := "holes of a new file"
@@ -168,6 +176,21 @@ func runFlash(ctx context.Context, args []string) error {
 	fmt.Printf("  wrote %d bytes, skipped %d zero bytes (%s), write+sync %s, verify %s (%s)\n", res.Written, res.Skipped, how,
 		res.WriteTime.Round(time.Millisecond), res.VerifyTime.Round(time.Millisecond), verifyHow(res.VerifyDirect))
 	return nil
+}
+
+// flashOut is what a flash prints with --json.
+type flashOut struct {
+	Target       string `json:"target"`
+	Image        string `json:"image"`
+	Size         int64  `json:"size"`
+	SHA256       string `json:"sha256"`     // of the personalised image, read back from the target
+	Config       string `json:"config"`     // DPXE.CFG's boot config, credential masked
+	Credential   string `json:"credential"` // what happened to it: given, created, rotated
+	Written      int64  `json:"written"`
+	Skipped      int64  `json:"skipped"`
+	WriteMS      int64  `json:"write_ms"`
+	VerifyMS     int64  `json:"verify_ms"`
+	VerifyDirect bool   `json:"verify_direct"` // read back with O_DIRECT
 }
 
 func verifyHow(direct bool) string {
@@ -286,10 +309,31 @@ func (c *nodesClient) call(ctx context.Context, method, path string, body, out a
 }
 
 // flashList prints the block devices and what they hold.
-func flashList(all bool) error {
+func flashList(all, asJSON bool) error {
 	ms, err := flashEnv().List(all)
 	if err != nil {
 		return err
+	}
+	if asJSON {
+		type device struct {
+			Path       string `json:"path"`
+			Size       int64  `json:"size"`
+			Removable  bool   `json:"removable"`
+			Vendor     string `json:"vendor,omitempty"`
+			Model      string `json:"model,omitempty"`
+			Backing    string `json:"backing,omitempty"` // a loop device's file
+			DPXE       bool   `json:"dpxe"`              // holds Discord-PXE media
+			Loader     bool   `json:"loader"`            // our MBR loader at least
+			Node       string `json:"node,omitempty"`
+			Controller string `json:"controller,omitempty"`
+			Note       string `json:"note,omitempty"`
+		}
+		out := make([]device, 0, len(ms))
+		for _, m := range ms {
+			out = append(out, device{m.Path, m.Size, m.Removable, strings.TrimSpace(m.Vendor), strings.TrimSpace(m.Model), m.Backing,
+				m.DPXE, m.Loader, m.Node, m.Ctrl, m.Note})
+		}
+		return printJSON(map[string]any{"devices": out})
 	}
 	if len(ms) == 0 {
 		if all {

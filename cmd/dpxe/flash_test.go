@@ -123,7 +123,7 @@ func TestFlashCommand(t *testing.T) {
 	dir := t.TempDir()
 	target := filepath.Join(dir, "stick.img")
 	const ctrl = "http://10.0.0.5:8080"
-	base := []string{"flash", "--image", src, "--controller", ctrl, "--api", api, "--admin-token-file", token}
+	base := []string{"flash", "--image", src, "--controller", ctrl, "--server", api, "--token-file", token}
 
 	// A new node: created at the controller, its credential on the medium.
 	code, msg := captureRun(t, append(base, "--node", "flash-n1", "--yes", target)...)
@@ -169,7 +169,7 @@ func TestFlashCommand(t *testing.T) {
 
 	// --cred: no controller needed.
 	const cred = "Given-credential_0123456789"
-	code, msg = captureRun(t, "flash", "--image", src, "--controller", ctrl, "--admin-token-file", "/nonexistent", "--node", "given-1", "--cred", cred, "--yes", target)
+	code, msg = captureRun(t, "flash", "--image", src, "--controller", ctrl, "--token-file", "/nonexistent", "--node", "given-1", "--cred", cred, "--yes", target)
 	if code != 0 || flashedConfig(t, target).Credential != cred {
 		t.Errorf("--cred: exit %d\n%s", code, msg)
 	}
@@ -186,7 +186,7 @@ func TestFlashCommandConfirm(t *testing.T) {
 	if err := os.WriteFile(target, []byte("old data"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	args := []string{"flash", "--image", src, "--controller", "http://10.0.0.5:8080", "--api", api, "--admin-token-file", token, "--node", "ask-1", target}
+	args := []string{"flash", "--image", src, "--controller", "http://10.0.0.5:8080", "--server", api, "--token-file", token, "--node", "ask-1", target}
 	defer func() { flashStdin = os.Stdin }()
 	for _, tc := range []struct {
 		answer string
@@ -332,7 +332,7 @@ func TestFlashCommandLoopDevice(t *testing.T) {
 			t.Errorf("losetup --detach %s: %v: %s", dev, err, out)
 		}
 	})
-	args := []string{"flash", "--image", src, "--node", "loop-cli-1", "--controller", "http://10.0.0.5:8080", "--api", api, "--admin-token-file", token, "--yes", dev}
+	args := []string{"flash", "--image", src, "--node", "loop-cli-1", "--controller", "http://10.0.0.5:8080", "--server", api, "--token-file", token, "--yes", dev}
 	code, msg := captureRun(t, args...)
 	if code != 1 || !strings.Contains(msg, "is not a removable device") || !strings.Contains(msg, "--force") {
 		t.Fatalf("without --force: exit %d\n%s", code, msg)

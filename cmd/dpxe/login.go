@@ -28,15 +28,18 @@ func runLoginLink(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	// The API's fields, and the link made from --server and the path.
 	var out struct {
 		Path      string    `json:"path"`
 		ExpiresAt time.Time `json:"expires_at"`
+		URL       string    `json:"url"`
 	}
 	if err := c.do(ctx, "POST", "/v1/dashboard/login-links", nil, &out); err != nil {
 		return err
 	}
+	out.URL = c.base + out.Path
 	if *cf.json {
-		return printJSON(map[string]any{"url": c.base + out.Path, "expires_at": out.ExpiresAt})
+		return printJSON(out)
 	}
 	fmt.Printf("%s\n(works once, until %s; keep it to yourself: it logs in as the operator)\n",
 		c.base+out.Path, out.ExpiresAt.Local().Format("15:04:05 MST"))

@@ -48,10 +48,14 @@ func usage() {
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	width := 0
 	for _, n := range names {
-		fmt.Fprintf(os.Stderr, "  %-10s %s\n", n, commands[n].summary)
+		width = max(width, len(n))
 	}
-	fmt.Fprintln(os.Stderr, "\nrun 'dpxe COMMAND -h' for a command's flags")
+	for _, n := range names {
+		fmt.Fprintf(os.Stderr, "  %-*s  %s\n", width, n, commands[n].summary)
+	}
+	fmt.Fprintln(os.Stderr, "\nrun 'dpxe help COMMAND' for a command's flags (all of them: docs/commands.md)")
 }
 
 func main() {
@@ -60,6 +64,9 @@ func main() {
 
 // run is main without os.Exit, so tests can call it.
 func run(args []string) int {
+	if len(args) == 2 && args[0] == "help" {
+		return runHelp(args[1])
+	}
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		usage()
 		if len(args) == 0 {
@@ -94,6 +101,9 @@ func run(args []string) int {
 // of exiting, so run can map them to exit codes.
 func newFlagSet(name, synopsis string) *flag.FlagSet {
 	fs := flag.NewFlagSet("dpxe "+name, flag.ContinueOnError)
+	if usageOut != nil {
+		fs.SetOutput(usageOut)
+	}
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: dpxe %s %s\n", name, synopsis)
 		fs.PrintDefaults()
@@ -103,6 +113,16 @@ func newFlagSet(name, synopsis string) *flag.FlagSet {
 
 // parseFlags parses args with fs and wraps a parse error as a usage error.
 func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := parseFlagsOnce(fs, args); err != nil {
+		return err
+	}
+	if flagsOnly {
+		return errFlagsOnly
+	}
+	return nil
+}
+
+func parseFlagsOnce(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -118,15 +138,18 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
-		if err := parseFlags(fs, args); err != nil {
+		if err := parseFlagsOnce(fs, args); err != nil {
 			return nil, err
 		}
 		args = fs.Args()
-		if len(args) == 0 {
+		if len(args) == 0 || args[0] == "--" {
+			if len(args) > 0 {
+				pos = append(pos, args[1:]...)
+			}
+			if flagsOnly {
+				return nil, errFlagsOnly
+			}
 			return pos, nil
-		}
-		if args[0] == "--" {
-			return append(pos, args[1:]...), nil
 		}
 		pos = append(pos, args[0])
 		args = args[1:]

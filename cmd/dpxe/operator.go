@@ -51,8 +51,11 @@ func addClientFlags(fs *flag.FlagSet) clientFlags {
 
 // client builds the admin client from the flags.
 func (f clientFlags) client() (*nodesClient, error) {
-	if u, err := url.Parse(*f.server); err != nil || (u.Scheme != "http" && u.Scheme != "https") {
-		return nil, fmt.Errorf("%w: --server %q is not an http(s) URL", errUsage, *f.server)
+	if stopAtClient {
+		return nil, errFlagsOnly
+	}
+	if err := checkServerURL("--server", *f.server); err != nil {
+		return nil, err
 	}
 	tok, err := os.ReadFile(*f.tokenFile)
 	if err != nil {

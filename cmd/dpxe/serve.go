@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -95,29 +94,6 @@ func defaultServeConfig() serveConfig {
 	}
 }
 
-// loadServeConfig reads a JSON config file over cfg, rejecting unknown fields.
-func loadServeConfig(path string, cfg *serveConfig) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	if len(b) > maxConfigFile {
-		return fmt.Errorf("config %s: larger than %d bytes", path, maxConfigFile)
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(cfg); err != nil {
-		return fmt.Errorf("config %s: %w", path, err)
-	}
-	var keys map[string]json.RawMessage
-	if err := json.Unmarshal(b, &keys); err != nil {
-		return fmt.Errorf("config %s: %w", path, err)
-	}
-	_, cfg.totalFixed = keys["total_shards"]
-	_, cfg.mcFixed = keys["max_concurrency"]
-	return nil
-}
-
 // parseServeFlags turns arguments into a config: defaults, then the
 // --config file, then flags given explicitly.
 func parseServeFlags(args []string) (serveConfig, error) {
@@ -126,7 +102,7 @@ func parseServeFlags(args []string) (serveConfig, error) {
 	var flags serveConfig
 	var lease, window time.Duration
 	var total, mc uint
-	configFile := fs.String("config", "", "JSON file with the settings below (same names with _), flags override it")
+	configFile := fs.String("config", "", "JSON object of any flags below by name (- or _), e.g. {\"total_shards\": 64}; flags on the command line win")
 	fs.StringVar(&flags.DB, "db", cfg.DB, "SQLite inventory file, or a postgres:// URL")
 	fs.StringVar(&flags.Listen, "listen", cfg.Listen, "HTTP listen address of the API")
 	fs.StringVar(&flags.AdminTokenFile, "admin-token-file", "", "where the first start writes the admin token (default: admin.token beside --db; ./var/ for a postgres:// --db)")
@@ -149,8 +125,8 @@ func parseServeFlags(args []string) (serveConfig, error) {
 		return cfg, fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
 	}
 	if *configFile != "" {
-		if err := loadServeConfig(*configFile, &cfg); err != nil {
-			return cfg, fmt.Errorf("%w: %v", errUsage, err)
+		if err := applyConfigFile(fs, *configFile); err != nil {
+			return cfg, fmt.Errorf("%w: %w", errUsage, err)
 		}
 	}
 	var err error
@@ -187,7 +163,10 @@ func parseServeFlags(args []string) (serveConfig, error) {
 	}
 	cfg.RotateAdminToken = *rotate
 	if cfg.TotalShards == 0 || cfg.MaxConcurrency == 0 {
-		return cfg, fmt.Errorf("%w: total-shards and max-concurrency must be at least 1", errUsage)
+		return cfg, fmt.Errorf("%w: --total-shards and --max-concurrency must be at least 1", errUsage)
+	}
+	if err := checkServeCore(cfg); err != nil {
+		return cfg, err
 	}
 	for _, p := range serveParts {
 		if p.apply != nil {
@@ -355,7 +334,7 @@ func runServe(ctx context.Context, args []string) error {
 		}()
 	}
 	eff := app.controller.Config()
-	log.Info("listening", "addr", ln.Addr().String(), "db", store.RedactURL(cfg.DB), "total_shards", eff.TotalShards,
+	log.Info("listening", "addr", ln.Addr().String(), "version", version(), "db", store.RedactURL(cfg.DB), "total_shards", eff.TotalShards,
 		"max_concurrency", eff.MaxConcurrency, "lease", eff.Lease)
 
 	select {

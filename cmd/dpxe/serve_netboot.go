@@ -58,6 +58,7 @@ func init() {
 		name: "netboot",
 		flags: func(fs *flag.FlagSet) {
 			f := &netbootFlags
+			f.reserve = nil // a fresh parse starts with no reservations
 			fs.StringVar(&f.iface, "interface", "", "boot network interface: serve DHCP, TFTP and HTTP boot on it (netboot is off without it)")
 			fs.StringVar(&f.dhcpMode, "dhcp", "proxy", "DHCP mode on --interface: proxy (beside the site's DHCP server), authoritative (own --pool) or off")
 			fs.StringVar(&f.pool, "pool", "", "authoritative address pool, START-END/BITS (e.g. 10.0.0.100-10.0.0.200/24)")
@@ -71,6 +72,7 @@ func init() {
 			fs.StringVar(&f.tftp, "tftp", "", "TFTP listen address (default <interface IP>:69, \"off\" disables it)")
 			fs.BoolVar(&f.proxyEnroll, "proxy-enroll", false, "with --dhcp proxy: let approved machines enroll over the network although proxy DHCP cannot tell which address a MAC has (any host on the boot LAN that answers first after a machine's DHCP can then enroll as it while it is not live; see docs/security.md)")
 		},
+		apply:  checkNetbootFlags,
 		attach: attachNetboot,
 	})
 }

@@ -27,6 +27,7 @@ func init() {
 			fs.BoolVar(&webFlags.off, "no-dashboard", false, "do not serve the web dashboard at /")
 			fs.DurationVar(&webFlags.liveEvery, "dashboard-live", web.DefaultLiveEvery, "how often open dashboard pages get live updates")
 		},
+		apply:  checkWebFlags,
 		attach: attachWeb,
 	})
 }

@@ -114,6 +114,7 @@ func (s *Server) RegisterOperator(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/nodes", s.admin(s.nodes))
 	mux.HandleFunc("POST /v1/nodes", s.admin(s.addNode))
 	mux.HandleFunc("GET /v1/nodes/{id}", s.admin(s.node))
+	mux.HandleFunc("DELETE /v1/nodes/{id}", s.admin(s.deleteNode))
 	mux.HandleFunc("GET /v1/nodes/{id}/drain", s.admin(s.drainPreview))
 	mux.HandleFunc("POST /v1/nodes/{id}/drain", s.admin(s.drain(true)))
 	mux.HandleFunc("POST /v1/nodes/{id}/undrain", s.admin(s.drain(false)))
@@ -328,7 +329,7 @@ func (s *Server) controllerError(w http.ResponseWriter, r *http.Request, err err
 		badRequest(w, err)
 	case errors.Is(err, controller.ErrUnknownNode):
 		writeError(w, http.StatusNotFound, "", err.Error())
-	case errors.Is(err, controller.ErrNotLive):
+	case errors.Is(err, controller.ErrNotLive), errors.Is(err, controller.ErrLive):
 		writeError(w, http.StatusConflict, "", err.Error())
 	case errors.Is(err, controller.ErrConfig):
 		writeError(w, http.StatusBadRequest, "", err.Error())
@@ -497,6 +498,17 @@ func (s *Server) node(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, d)
+}
+
+// deleteNode answers DELETE /v1/nodes/{id}: a node that is not live
+// leaves the inventory and its credential stops working (409 while live).
+func (s *Server) deleteNode(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := s.c.DeleteNode(r.Context(), id); err != nil {
+		s.controllerError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"node_id": id, "deleted": true})
 }
 
 // DrainResponse answers POST /v1/nodes/{id}/drain and /undrain: the node

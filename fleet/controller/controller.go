@@ -124,6 +124,10 @@ type Config struct {
 	ResumeTTL time.Duration
 }
 
+// Check reports whether New would accept c, without opening anything, so
+// `dpxe serve` can refuse a bad flag before it starts.
+func (c Config) Check() error { return c.fill() }
+
 func (c *Config) fill() error {
 	if c.TotalShards == 0 {
 		c.TotalShards = DefaultTotalShards

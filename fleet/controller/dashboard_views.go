@@ -155,7 +155,7 @@ func (c *Controller) IdentifyActivity(ctx context.Context, since time.Time) ([]B
 var EventKinds = []string{EventNodeFirstSeen, EventLeaseExpired, EventDrain, EventUndrain, EventPlanChanged,
 	EventIdentifyGranted, EventIdentifyRefused, EventNodeAdded, EventControllerStart, EventBudgetConfigured,
 	EventResumeHandoff, EventGatewayShards, EventGatewayConcurrency, EventRestartRequested, EventShardRestarted,
-	EventIdentifyUnused, EventNodeEnrolled, EventEnrollmentRefused}
+	EventIdentifyUnused, EventNodeEnrolled, EventEnrollmentRefused, EventNodeDeleted}
 
 // EventFilter selects audit-log entries for EventLog. Empty fields match
 // everything.

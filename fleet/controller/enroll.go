@@ -197,6 +197,15 @@ func (c *Controller) authenticate(ctx context.Context, id, cred, addr string, ch
 		cur := c.nodes[id]
 		switch {
 		case cur == nil:
+			// DeleteNode may have removed it since the read above: it
+			// writes the store under this lock, so a read here decides.
+			if _, err := c.st.Node(ctx, id); err != nil {
+				c.mu.Unlock()
+				if errors.Is(err, store.ErrNotFound) {
+					return ErrUnknownNode
+				}
+				return err
+			}
 			cur = &node{id: id, createdAt: rec.CreatedAt}
 			copy(cur.credHash[:], stored)
 			c.nodes[id] = cur
@@ -240,7 +249,8 @@ func (c *Controller) redeem(ctx context.Context, id string, e *store.Enrollment,
 	}
 	c.mu.Lock()
 	n := c.nodes[id]
-	if n == nil {
+	created := n == nil
+	if created {
 		n = &node{id: id, createdAt: e.IssuedAt}
 		c.nodes[id] = n
 	}
@@ -264,6 +274,8 @@ func (c *Controller) redeem(ctx context.Context, id string, e *store.Enrollment,
 		n.credHash = h
 		c.eventLocked(t, EventNodeEnrolled, id, nil, fmt.Sprintf("first check-in from %s, %s after its boot script",
 			addr, t.Sub(e.IssuedAt).Round(time.Millisecond)))
+	} else if created && c.nodes[id] == n {
+		delete(c.nodes, id) // deleted meanwhile (DeleteNode): leave no empty record
 	}
 	c.mu.Unlock()
 	if errors.Is(err, store.ErrNotFound) {

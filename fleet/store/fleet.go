@@ -145,6 +145,29 @@ func (s *Store) SetCredential(ctx context.Context, id string, credHash []byte) e
 	return tx.Commit()
 }
 
+// DeleteNode removes a node with its credential, pending enrollment and
+// shard status; ErrNotFound if there is none.
+func (s *Store) DeleteNode(ctx context.Context, id string) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	for _, q := range []string{`DELETE FROM enrollments WHERE node_id = ?`, `DELETE FROM shard_status WHERE node_id = ?`} {
+		if _, err := tx.ExecContext(ctx, q, id); err != nil {
+			return err
+		}
+	}
+	res, err := tx.ExecContext(ctx, `DELETE FROM nodes WHERE id = ?`, id)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("node %s: %w", id, ErrNotFound)
+	}
+	return tx.Commit()
+}
+
 const nodeColumns = `id, cred_hash, created_at, draining, capacity, first_seen, last_seen, lease_deadline,
 	live, acked_generation, held, address, ready_shards, starting_shards, backoff_shards, fatal_shards`
 

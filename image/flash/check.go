@@ -36,6 +36,47 @@ var (
 	ErrSameFile = errors.New("is the source image")
 )
 
+// Preflight runs every check Flash makes before it writes, for a target
+// already inspected and the source image at img: the target is not the
+// image itself nor a loop device backed by it, then Check, then (block
+// devices) an exclusive open for writing, closed at once. Callers that
+// change something elsewhere before flashing (`dpxe flash` creating the
+// node at the controller) call it first, so a refusal changes nothing.
+func (e *Env) Preflight(t *Target, img string, force bool) error {
+	srcInfo, err := os.Stat(img)
+	if err != nil {
+		return err
+	}
+	if t.Exist {
+		if st, err := os.Stat(t.Path); err == nil && os.SameFile(st, srcInfo) {
+			return fmt.Errorf("%s %w (%s): flash writes a copy", t.Path, ErrSameFile, img)
+		}
+	}
+	if t.Backing != "" {
+		// Writing a loop device writes its backing file.
+		if st, err := os.Stat(strings.TrimSuffix(t.Backing, " (deleted)")); err == nil && os.SameFile(st, srcInfo) {
+			return fmt.Errorf("%s %w: its backing file is %s", t.Path, ErrSameFile, img)
+		}
+	}
+	if err := e.Check(t, srcInfo.Size(), force); err != nil {
+		return err
+	}
+	if t.Block {
+		// What the write's exclusive open will meet: a mount in another
+		// namespace or a program holding the device refuses it now, and
+		// so does a device this user may not write.
+		f, err := os.OpenFile(t.Path, os.O_WRONLY|unix.O_EXCL, 0)
+		if errors.Is(err, unix.EBUSY) {
+			return fmt.Errorf("%s %w: the kernel refuses exclusive access (mounted or claimed by something else)", t.Path, ErrInUse)
+		}
+		if err != nil {
+			return err
+		}
+		f.Close()
+	}
+	return nil
+}
+
 // Check refuses targets flash must not write. For a block device, in this
 // order: a partition instead of a whole device; a device holding the running
 // system (even with force); a device or partition that is mounted, in

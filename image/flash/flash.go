@@ -17,7 +17,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -101,18 +100,7 @@ func Flash(ctx context.Context, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if t.Exist {
-		if st, err := os.Stat(opts.Target); err == nil && os.SameFile(st, srcInfo) {
-			return nil, fmt.Errorf("%s %w (%s): flash writes a copy", opts.Target, ErrSameFile, opts.Image)
-		}
-	}
-	if t.Backing != "" {
-		// Writing a loop device writes its backing file.
-		if st, err := os.Stat(strings.TrimSuffix(t.Backing, " (deleted)")); err == nil && os.SameFile(st, srcInfo) {
-			return nil, fmt.Errorf("%s %w: its backing file is %s", opts.Target, ErrSameFile, opts.Image)
-		}
-	}
-	if err := env.Check(t, size, opts.Force); err != nil {
+	if err := env.Preflight(t, opts.Image, opts.Force); err != nil {
 		return nil, err
 	}
 

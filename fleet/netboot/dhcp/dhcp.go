@@ -52,6 +52,8 @@ func (m Mode) String() string {
 		return "proxy"
 	case Authoritative:
 		return "authoritative"
+	case 0:
+		return "off"
 	}
 	return fmt.Sprintf("Mode(%d)", int(m))
 }
