@@ -308,6 +308,10 @@ func TestCLILoginLinkAndVersion(t *testing.T) {
 	if vj["version"] == "" {
 		t.Errorf("version --json: %v", vj)
 	}
+	var hz struct{ Version string }
+	if code := httpJSON(t, "GET", p.url+"/healthz", "", "", &hz); code != 200 || hz.Version != vj["version"] {
+		t.Errorf("GET /healthz: %d, version %q, want %q", code, hz.Version, vj["version"])
+	}
 
 	_, help := captureRun(t, "help")
 	col := -1

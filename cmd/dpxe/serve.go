@@ -270,6 +270,7 @@ func buildFleet(ctx context.Context, cfg serveConfig, log *slog.Logger) (*fleetA
 	mux := http.NewServeMux()
 	refusals := security.New(log.With("part", "security"))
 	srv := api.New(ctrl, hash, log.With("part", "api"))
+	srv.SetVersion(version())
 	srv.SetRefusals(refusals)
 	srv.Register(mux)
 	return &fleetApp{store: st, controller: ctrl, mux: mux, cfg: cfg, adminHash: hash, gateway: gw,

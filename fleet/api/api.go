@@ -66,6 +66,7 @@ type Server struct {
 	haveMetricsHash bool
 	probe           storeProbe
 	ready           readySummary
+	version         string // what GET /healthz reports (SetVersion)
 }
 
 // New returns a server for c whose operator endpoints accept the admin
@@ -79,6 +80,10 @@ func New(c *controller.Controller, adminHash [sha256.Size]byte, log *slog.Logger
 	return &Server{c: c, adminHash: adminHash, log: log, refusals: refusals,
 		metrics: metrics.New(c, metrics.Options{Refusals: refusals}), ready: readySummary{reuse: readyReuse}}
 }
+
+// SetVersion names the running dpxe in GET /healthz, so an operator or a
+// load balancer sees which build answers. Call it before serving.
+func (s *Server) SetVersion(v string) { s.version = v }
 
 // SetRefusals makes the server count and log its refused requests in l,
 // which `dpxe serve` shares between its parts (one count per reason for

@@ -92,7 +92,8 @@ func (s *Server) reader(h http.HandlerFunc) http.HandlerFunc {
 // HealthResponse is the body of GET /healthz.
 type HealthResponse struct {
 	OK         bool   `json:"ok"`
-	Store      string `json:"store"` // "writable", or why not
+	Version    string `json:"version,omitempty"` // of dpxe serve (SetVersion)
+	Store      string `json:"store"`             // "writable", or why not
 	Generation uint64 `json:"generation"`
 	LiveNodes  int    `json:"live_nodes"`
 }
@@ -123,7 +124,7 @@ func (s *Server) checkStore(ctx context.Context) error {
 // accepts a write (store.CheckWritable), 503 otherwise.
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	p := s.c.Plan()
-	resp := HealthResponse{OK: true, Store: "writable", Generation: p.Generation, LiveNodes: p.LiveNodes}
+	resp := HealthResponse{OK: true, Version: s.version, Store: "writable", Generation: p.Generation, LiveNodes: p.LiveNodes}
 	status := http.StatusOK
 	if err := s.checkStore(r.Context()); err != nil {
 		s.log.Error("health: store not writable", "err", err)
