@@ -32,7 +32,7 @@ const (
 	// DefaultMaxMsgSize admits the largest GUILD_CREATE or member chunk
 	// seen in the wild (over 1 MiB) with room: 8 MiB, the payload limit
 	// NATS calls the upper end of sane.
-	DefaultMaxMsgSize = 8 << 20
+	DefaultMaxMsgSize  = 8 << 20
 	minDuplicateWindow = time.Second
 )
 
