@@ -72,6 +72,7 @@ type serveConfig struct {
 	RotateAdminToken bool `json:"-"`
 	// The Gateway settings nodes receive (serve_gateway.go).
 	gatewayConfig
+	eventsConfig // event delivery (serve_events.go)
 	// totalFixed and mcFixed say the operator gave total_shards or
 	// max_concurrency (flag or file); otherwise GET /gateway/bot may set
 	// them.

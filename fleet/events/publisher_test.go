@@ -10,6 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/discord-pxe/dpxe/fleet/events/embedded"
 )
 
 // testDeadline bounds every wait in this package's tests.
@@ -17,12 +19,12 @@ const testDeadline = 20 * time.Second
 
 // startServer starts an embedded server on a temporary store (in-process
 // only when listen is ""), shut down at the end of the test.
-func startServer(t *testing.T, dir, listen string) *Server {
+func startServer(t *testing.T, dir, listen string) *embedded.Server {
 	t.Helper()
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	s, err := StartServer(ServerConfig{Listen: listen, StoreDir: dir})
+	s, err := embedded.Start(embedded.ServerConfig{Listen: listen, StoreDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +33,7 @@ func startServer(t *testing.T, dir, listen string) *Server {
 }
 
 // connect opens an in-process connection closed at the end of the test.
-func connect(t *testing.T, s *Server, opts ...nats.Option) *nats.Conn {
+func connect(t *testing.T, s *embedded.Server, opts ...nats.Option) *nats.Conn {
 	t.Helper()
 	nc, err := s.Connect(opts...)
 	if err != nil {
@@ -191,7 +193,7 @@ func TestAckedIsContiguous(t *testing.T) {
 // the window fills and Publish blocks until its context ends; Acked stays
 // where the last acknowledgement left it.
 func TestWindowFullWhenBrokerGone(t *testing.T) {
-	s, err := StartServer(ServerConfig{Listen: "127.0.0.1:0", StoreDir: t.TempDir()})
+	s, err := embedded.Start(embedded.ServerConfig{Listen: "127.0.0.1:0", StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +244,7 @@ func TestWindowFullWhenBrokerGone(t *testing.T) {
 // stream across a restart of the embedded server.
 func TestStreamSurvivesRestart(t *testing.T) {
 	dir := t.TempDir()
-	s, err := StartServer(ServerConfig{StoreDir: dir})
+	s, err := embedded.Start(embedded.ServerConfig{StoreDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +277,7 @@ func TestConfigRefusals(t *testing.T) {
 	if err := l.Validate(); !errors.Is(err, ErrBadStreamConfig) {
 		t.Errorf("duplicate window beyond max age: %v", err)
 	}
-	if _, err := StartServer(ServerConfig{StoreDir: t.TempDir(), Listen: ":4222"}); !errors.Is(err, ErrServerConfig) {
+	if _, err := embedded.Start(embedded.ServerConfig{StoreDir: t.TempDir(), Listen: ":4222"}); !errors.Is(err, embedded.ErrServerConfig) {
 		t.Errorf("listen without host: %v", err)
 	}
 	if _, err := NewPublisher(nil, PublisherConfig{App: "bot", Node: "n", Window: 5000}); !errors.Is(err, ErrBadPublisherConfig) {

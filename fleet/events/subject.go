@@ -3,7 +3,8 @@
 // dpxe.<app>.commands.<shard> for Gateway commands back to a shard), the
 // one stream that stores a bot's events, the headers every dispatch
 // carries, the Publisher that turns PubAcks into a Resume sequence that
-// never skips an unstored event, and the NATS server `dpxe serve` embeds.
+// never skips an unstored event (the server `dpxe serve` embeds is in
+// package embedded).
 // docs/events.md has the design and the no-loss argument.
 package events
 

@@ -508,6 +508,11 @@ func (l *Lab) serveArgs(listen, gatewayAPI string) []string {
 		"--max-concurrency", fmt.Sprint(l.cfg.MaxConcurrency),
 		"--identify-window", (l.cfg.IdentifyWindow + identifyMargin).String()}
 	help := serveHelp(l.cfg.DPXE)
+	if hasFlag(help, "nats-listen") {
+		// A port of its own, so a lab beside tests or a NATS server on
+		// 4222 does not collide; the address is in serve's "events" line.
+		args = append(args, "--nats-listen", "127.0.0.1:0")
+	}
 	if hasFlag(help, "gateway-api") && hasFlag(help, "bot-token-file") {
 		l.GatewayFlags = true
 		args = append(args, "--gateway-api", gatewayAPI, "--bot-token-file", filepath.Join(l.cfg.Var, "bot.token"))

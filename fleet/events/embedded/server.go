@@ -1,4 +1,8 @@
-package events
+// Package embedded runs the NATS server with JetStream that `dpxe serve`
+// embeds by default: a file store under the data directory, a loopback
+// listener, and in-process connections for the controller. It is apart
+// from package events so that bots using the SDK do not link a server.
+package embedded
 
 import (
 	"errors"
@@ -40,7 +44,7 @@ type ServerConfig struct {
 	StoreDir string
 	// MaxPayload is the largest message a client may publish; it must
 	// admit the stream's MaxMsgSize plus headers. 0 means
-	// DefaultMaxMsgSize + 64 KiB.
+	// 8 MiB (the event stream's largest message plus room for headers).
 	MaxPayload int32
 	// Log receives the server's notices and errors; nil discards them.
 	Log *slog.Logger
@@ -52,14 +56,14 @@ type Server struct {
 	srv *server.Server
 }
 
-// StartServer starts an embedded NATS server with JetStream on a file
+// Start starts an embedded NATS server with JetStream on a file
 // store and waits until it accepts connections.
-func StartServer(cfg ServerConfig) (*Server, error) {
+func Start(cfg ServerConfig) (*Server, error) {
 	if cfg.StoreDir == "" {
 		return nil, fmt.Errorf("store_dir: empty: %w", ErrServerConfig)
 	}
 	if cfg.MaxPayload == 0 {
-		cfg.MaxPayload = DefaultMaxMsgSize + 64<<10
+		cfg.MaxPayload = 8 << 20
 	}
 	if cfg.MaxPayload < 1024 || cfg.MaxPayload > 64<<20 {
 		return nil, fmt.Errorf("max_payload %d: 1 KiB..64 MiB: %w", cfg.MaxPayload, ErrServerConfig)
