@@ -75,7 +75,6 @@ func Start(cfg ServerConfig) (*Server, error) {
 		JetStreamMaxMemory: embeddedMaxMemory,
 		MaxPayload:         cfg.MaxPayload,
 		NoSigs:             true, // dpxe serve owns the signals
-		NoLog:              cfg.Log == nil,
 	}
 	if cfg.Listen == "" {
 		opts.DontListen = true
@@ -101,13 +100,27 @@ func Start(cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded NATS: %w", err)
 	}
-	if cfg.Log != nil {
-		srv.SetLoggerV2(slogAdapter{cfg.Log}, false, false, false)
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
+	// A fatal error (such as a port in use) does not stop an embedded
+	// server; the adapter reports it so Start fails at once.
+	fatal := make(chan string, 1)
+	srv.SetLoggerV2(slogAdapter{l: log, fatal: fatal}, false, false, false)
 	srv.Start()
-	if !srv.ReadyForConnections(startTimeout) {
-		srv.Shutdown()
-		return nil, fmt.Errorf("embedded NATS: not ready after %v (listen %q, store %s)", startTimeout, cfg.Listen, cfg.StoreDir)
+	deadline := time.Now().Add(startTimeout)
+	for !srv.ReadyForConnections(100 * time.Millisecond) {
+		select {
+		case why := <-fatal:
+			srv.Shutdown()
+			return nil, fmt.Errorf("embedded NATS (listen %q, store %s): %s", cfg.Listen, cfg.StoreDir, why)
+		default:
+		}
+		if time.Now().After(deadline) {
+			srv.Shutdown()
+			return nil, fmt.Errorf("embedded NATS: not ready after %v (listen %q, store %s)", startTimeout, cfg.Listen, cfg.StoreDir)
+		}
 	}
 	if !srv.JetStreamEnabled() {
 		srv.Shutdown()
@@ -141,11 +154,21 @@ func (s *Server) Shutdown() {
 
 // slogAdapter feeds the server's printf-style log into slog; its
 // start-up banner (notices) goes to Debug, so `dpxe serve` logs one line.
-type slogAdapter struct{ l *slog.Logger }
+type slogAdapter struct {
+	l     *slog.Logger
+	fatal chan<- string // the first fatal message, for Start
+}
 
 func (a slogAdapter) Noticef(f string, v ...any) { a.l.Debug(fmt.Sprintf(f, v...)) }
 func (a slogAdapter) Warnf(f string, v ...any)   { a.l.Warn(fmt.Sprintf(f, v...)) }
-func (a slogAdapter) Fatalf(f string, v ...any)  { a.l.Error(fmt.Sprintf(f, v...)) }
-func (a slogAdapter) Errorf(f string, v ...any)  { a.l.Error(fmt.Sprintf(f, v...)) }
-func (a slogAdapter) Debugf(f string, v ...any)  { a.l.Debug(fmt.Sprintf(f, v...)) }
-func (a slogAdapter) Tracef(f string, v ...any)  {}
+func (a slogAdapter) Fatalf(f string, v ...any) {
+	msg := fmt.Sprintf(f, v...)
+	a.l.Error(msg)
+	select {
+	case a.fatal <- msg:
+	default:
+	}
+}
+func (a slogAdapter) Errorf(f string, v ...any) { a.l.Error(fmt.Sprintf(f, v...)) }
+func (a slogAdapter) Debugf(f string, v ...any) { a.l.Debug(fmt.Sprintf(f, v...)) }
+func (a slogAdapter) Tracef(f string, v ...any) {}
