@@ -60,7 +60,7 @@ func TestStartRefusals(t *testing.T) {
 		{Listen: ":4222", StoreDir: dir},
 		{Listen: "127.0.0.1:99999", StoreDir: dir},
 		{StoreDir: dir, MaxPayload: 100},
-		{StoreDir: dir, MaxPayload: 65<<20},
+		{StoreDir: dir, MaxPayload: 65 << 20},
 	} {
 		if s, err := Start(c); !errors.Is(err, ErrServerConfig) {
 			if s != nil {
