@@ -174,6 +174,37 @@ func redactURL(s string) string {
 	return s
 }
 
+// streamSetupTimeout bounds how long serve retries creating the event
+// stream: a cluster that has just started elects its JetStream leader
+// first and refuses meanwhile.
+const streamSetupTimeout = 30 * time.Second
+
+// ensureStream creates or updates the event stream, retrying every half
+// second until streamSetupTimeout.
+func ensureStream(ctx context.Context, js jetstream.JetStream, e eventsConfig, log *slog.Logger) (jetstream.Stream, error) {
+	deadline := time.Now().Add(streamSetupTimeout)
+	logged := false
+	for {
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		st, err := events.EnsureStream(sctx, js, e.EventsApp, e.limits())
+		cancel()
+		if err == nil {
+			return st, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return nil, fmt.Errorf("events: %w", err)
+		}
+		if !logged {
+			log.Warn("event stream not ready, retrying", "err", err)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
 // attachEvents starts the embedded server (or connects to the cluster),
 // makes sure the event stream exists with the configured limits, and
 // returns a run function that closes both at shutdown.
@@ -231,9 +262,7 @@ func attachEvents(ctx context.Context, app *fleetApp, log *slog.Logger) (func(co
 		stop()
 		return nil, err
 	}
-	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	st, err := events.EnsureStream(sctx, js, e.EventsApp, e.limits())
+	st, err := ensureStream(ctx, js, e, log)
 	if err != nil {
 		stop()
 		return nil, err
