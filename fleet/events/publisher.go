@@ -152,7 +152,10 @@ func (s *SessionPublisher) Stats() SessionStats {
 // until a PubAck frees a slot or ctx ends (a shard then stops reading from
 // Discord, which is the back-pressure the no-loss rule needs). An error
 // means d was not sent; Acked does not pass it until it is sent again
-// (Discord's replay after a Resume does that).
+// (Discord's replay after a Resume does that). A dispatch whose PubAck
+// fails later is counted in Stats; either way the shard should Resume from
+// Acked soon, since acknowledgements beyond the hole are held in memory
+// until it is filled.
 func (s *SessionPublisher) Publish(ctx context.Context, d Dispatch) error {
 	subj, err := EventSubject(s.p.cfg.App, s.shard, d.Event)
 	if err != nil {
