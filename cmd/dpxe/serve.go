@@ -73,6 +73,8 @@ type serveConfig struct {
 	gatewayConfig
 	// Metrics, the metrics token and readiness (serve_metrics.go).
 	metricsConfig
+	// Event delivery (serve_events.go).
+	eventsConfig
 	// totalFixed and mcFixed say the operator gave total_shards or
 	// max_concurrency (flag or file); otherwise GET /gateway/bot may set
 	// them.

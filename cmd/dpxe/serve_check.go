@@ -229,20 +229,6 @@ func flagNamed(err error) string {
 	return "--" + strings.ReplaceAll(key, "_", "-") + " " + rest
 }
 
-// redactURL drops a password from a database URL before it is printed.
-func redactURL(s string) string {
-	scheme, rest, ok := strings.Cut(s, "://")
-	if !ok {
-		return s
-	}
-	at := strings.LastIndexByte(rest, '@')
-	if at < 0 {
-		return s
-	}
-	user, _, _ := strings.Cut(rest[:at], ":")
-	return scheme + "://" + user + ":***@" + rest[at+1:]
-}
-
 // netbootOnlyFlags are the netboot flags that mean nothing without
 // --interface.
 var netbootOnlyFlags = []string{"dhcp", "pool", "router", "dns", "reserve", "boot-dir", "ipxe-dir",

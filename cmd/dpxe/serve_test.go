@@ -47,7 +47,7 @@ var listenRE = regexp.MustCompile(`msg=listening addr=(127\.0\.0\.1:\d+)`)
 
 func startServe(t *testing.T, bin string, args ...string) *serveProc {
 	t.Helper()
-	p := &serveProc{cmd: exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...), done: make(chan error, 1)}
+	p := &serveProc{cmd: exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0"}, args...)...), done: make(chan error, 1)}
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

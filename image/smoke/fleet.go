@@ -134,7 +134,7 @@ func startFleet(ctx context.Context, o *Options, dir string) (_ *fleet, err erro
 
 	srv, srvErr, err := f.start(fctx, "dpxe serve", o.DPXE, "serve",
 		"--db", filepath.Join(dir, "dpxe.db"), "--admin-token-file", f.adminFile,
-		"--listen", "127.0.0.1:0", "--no-dashboard", "--total-shards", "1", "--lease", fleetLease.String(),
+		"--listen", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0", "--no-dashboard", "--total-shards", "1", "--lease", fleetLease.String(),
 		"--gateway-api", "http://"+emuHost+"/api/v10", "--bot-token-file", tokenFile)
 	if err != nil {
 		return nil, err

@@ -34,6 +34,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/discord-pxe/dpxe/image/qemu"
 	"github.com/discord-pxe/dpxe/tools/netns"
 )
@@ -88,6 +90,9 @@ type Config struct {
 	IdentifyWindow time.Duration
 	// HeartbeatInterval is the emulator's heartbeat_interval (41.25 s).
 	HeartbeatInterval time.Duration
+	// MessageRate is the emulator's synthetic MESSAGE_CREATEs per second
+	// per ready session (0: none).
+	MessageRate float64
 	// Log receives the lab's progress lines (os.Stdout).
 	Log io.Writer
 }
@@ -173,6 +178,9 @@ type Lab struct {
 	// GatewayFlags reports whether this dpxe serve took --gateway-api,
 	// --bot-token-file and --intents.
 	GatewayFlags bool
+	// NATSURL is serve's NATS server that simulated nodes publish events
+	// to ("" without event delivery; events.go).
+	NATSURL string
 
 	admin   *client
 	ns      *netns.NS
@@ -186,7 +194,8 @@ type Lab struct {
 	procs []*process
 	nodes []*Node
 	sims  []*simNode
-	next  int // number of the next node
+	next  int        // number of the next node
+	nc    *nats.Conn // the simulated nodes' NATS connection (events.go)
 }
 
 // process is a child process the lab started and stops.
@@ -471,6 +480,9 @@ func (l *Lab) startEmulator(ctx context.Context, wrap func(ctx context.Context, 
 	if l.cfg.HeartbeatInterval > 0 {
 		args = append(args, "-heartbeat-interval", l.cfg.HeartbeatInterval.String())
 	}
+	if l.cfg.MessageRate > 0 {
+		args = append(args, "-message-rate", fmt.Sprint(l.cfg.MessageRate))
+	}
 	p, err := l.start("gateway-emulator", "gateway.log", wrap, args...)
 	if err != nil {
 		return nil, err
@@ -508,6 +520,11 @@ func (l *Lab) serveArgs(listen, gatewayAPI string) []string {
 		"--max-concurrency", fmt.Sprint(l.cfg.MaxConcurrency),
 		"--identify-window", (l.cfg.IdentifyWindow + identifyMargin).String()}
 	help := serveHelp(l.cfg.DPXE)
+	if hasFlag(help, "nats-listen") {
+		// A port of its own, so a lab beside tests or a NATS server on
+		// 4222 does not collide; the address is in serve's "events" line.
+		args = append(args, "--nats-listen", "127.0.0.1:0")
+	}
 	if hasFlag(help, "gateway-api") && hasFlag(help, "bot-token-file") {
 		l.GatewayFlags = true
 		args = append(args, "--gateway-api", gatewayAPI, "--bot-token-file", filepath.Join(l.cfg.Var, "bot.token"))
@@ -717,6 +734,7 @@ func (l *Lab) Stop() error {
 	for _, s := range sims {
 		s.stop()
 	}
+	l.closeEvents()
 	var wg sync.WaitGroup
 	for _, p := range procs { // QEMU first, all at once
 		if strings.HasPrefix(p.name, "qemu ") {

@@ -18,6 +18,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/discord-pxe/dpxe/appliance"
+	"github.com/discord-pxe/dpxe/fleet/events"
 )
 
 // The simulated lab: `dpxe serve` on loopback without netboot, the Gateway
@@ -66,6 +67,9 @@ func (l *Lab) startSimulated(ctx context.Context) error {
 	if err := l.loadAdmin(); err != nil {
 		return err
 	}
+	if err := l.connectEvents(); err != nil {
+		return err
+	}
 	for i := 0; i < l.cfg.Nodes; i++ {
 		if _, err := l.AddNode(ctx); err != nil {
 			return err
@@ -89,8 +93,12 @@ func (l *Lab) addSimNode(ctx context.Context, n int) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	pub, err := l.simPublisher(name)
+	if err != nil {
+		return nil, err
+	}
 	s := &simNode{id: name, api: newClient(l.URL, out.Credential), gateway: gw, botToken: strings.TrimSpace(string(tok)),
-		shards: map[uint32]*simShard{}, done: make(chan struct{})}
+		shards: map[uint32]*simShard{}, done: make(chan struct{}), pub: pub}
 	sctx, cancel := context.WithCancel(l.runCtx)
 	s.cancel = cancel
 	go s.run(sctx)
@@ -111,6 +119,9 @@ type simNode struct {
 	botToken string
 	cancel   context.CancelFunc
 	done     chan struct{}
+	// pub publishes every dispatch (nil: no event delivery). Resumes are
+	// not simulated, so a session's acknowledged sequence is not used.
+	pub *events.Publisher
 
 	mu      sync.Mutex
 	shards  map[uint32]*simShard
@@ -279,6 +290,8 @@ type gatewayPayload struct {
 	D  json.RawMessage `json:"d"`
 	S  *int64          `json:"s,omitempty"`
 	T  *string         `json:"t,omitempty"`
+	// raw is the frame as received (published unchanged).
+	raw []byte
 }
 
 // runShard keeps one shard's session up until ctx ends.
@@ -424,6 +437,7 @@ func (s *simNode) session(ctx context.Context, sh *simShard, id, total uint32) e
 	}()
 	readErr := make(chan error, 1)
 	go func() {
+		var sp *events.SessionPublisher
 		for {
 			p, err := readPayload(context.Background(), conn)
 			if err != nil {
@@ -438,6 +452,10 @@ func (s *simNode) session(ctx context.Context, sh *simShard, id, total uint32) e
 					seq = &v
 				}
 				seqMu.Unlock()
+				if sp, err = s.publish(hctx, sp, id, p); err != nil {
+					readErr <- err
+					return
+				}
 				if p.T != nil && (*p.T == "READY" || *p.T == "RESUMED") {
 					sh.set(func(st *appliance.ShardStatus) {
 						st.State, st.SeqValid, st.LastError, st.CloseCode = appliance.ShardReady, true, "", 0
@@ -498,5 +516,34 @@ func readPayload(ctx context.Context, conn *websocket.Conn) (gatewayPayload, err
 	if err != nil {
 		return p, err
 	}
+	p.raw = b
 	return p, json.Unmarshal(b, &p)
+}
+
+// publish hands a dispatch to the node's Publisher: READY starts the
+// session's publisher (its session_id names the messages), every dispatch
+// with a sequence is published with its frame unchanged. Publish blocks
+// while the session's window is full, so the shard stops reading, as the
+// no-loss rule asks; an error ends the session.
+func (s *simNode) publish(ctx context.Context, sp *events.SessionPublisher, shard uint32, p gatewayPayload) (*events.SessionPublisher, error) {
+	if s.pub == nil || p.T == nil || p.S == nil || *p.S < 1 {
+		return sp, nil
+	}
+	if *p.T == "READY" {
+		var ready struct {
+			SessionID string `json:"session_id"`
+		}
+		if err := json.Unmarshal(p.D, &ready); err != nil {
+			return nil, fmt.Errorf("READY: %w", err)
+		}
+		var err error
+		if sp, err = s.pub.Session(shard, ready.SessionID, 0); err != nil {
+			return nil, fmt.Errorf("READY: %w", err)
+		}
+	}
+	if sp == nil {
+		return nil, nil // a dispatch before READY: not in a session
+	}
+	err := sp.Publish(ctx, events.Dispatch{Seq: uint64(*p.S), Event: *p.T, Payload: p.raw, Received: time.Now()})
+	return sp, err
 }

@@ -1,0 +1,278 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/discord-pxe/dpxe/fleet/events"
+	"github.com/discord-pxe/dpxe/fleet/events/embedded"
+)
+
+// The events part of `dpxe serve` (docs/events.md): an embedded NATS
+// server with JetStream on a file store beside the database, listening on
+// --nats-listen, or an existing NATS cluster (--nats-url), and the event
+// stream of the bot (--events-app) with its limits.
+
+// eventsConfig is the events part of serveConfig (its JSON names are
+// promoted into the --config file). Zero values mean the defaults.
+type eventsConfig struct {
+	NoEvents        bool     `json:"no_events"`
+	NATSListen      string   `json:"nats_listen"`
+	NATSURL         string   `json:"nats_url"`
+	NATSCreds       string   `json:"nats_creds"`
+	NATSStore       string   `json:"nats_store"`
+	EventsApp       string   `json:"events_app"`
+	EventsMaxBytes  int64    `json:"events_max_bytes"`
+	EventsMaxAge    duration `json:"events_max_age"`
+	EventsDupWindow duration `json:"events_duplicate_window"`
+	EventsReplicas  int      `json:"events_replicas"`
+}
+
+// defaultEventsApp is the app name in subjects when none is given.
+const defaultEventsApp = "bot"
+
+var eventsFlags struct {
+	off                       bool
+	listen, url, creds, store string
+	app                       string
+	maxBytes                  int64
+	maxAge, dupWindow         time.Duration
+	replicas                  int
+}
+
+func init() {
+	registerServePart(servePart{
+		name: "events",
+		flags: func(fs *flag.FlagSet) {
+			f := &eventsFlags
+			d := events.DefaultStreamLimits()
+			fs.BoolVar(&f.off, "no-events", false, "no event delivery: neither the embedded NATS server nor a stream")
+			fs.StringVar(&f.listen, "nats-listen", embedded.DefaultListen, "host:port of the embedded NATS server (port 0 picks one)")
+			fs.StringVar(&f.url, "nats-url", "", "use this NATS cluster instead of the embedded server (nats://a:4222,nats://b:4222)")
+			fs.StringVar(&f.creds, "nats-creds", "", "NATS credentials file (.creds) for --nats-url")
+			fs.StringVar(&f.store, "nats-store", "", "JetStream file store of the embedded server (default: nats/ beside --db)")
+			fs.StringVar(&f.app, "events-app", defaultEventsApp, "the bot's name in event subjects dpxe.<app>.events.<shard>.<EVENT>")
+			fs.Int64Var(&f.maxBytes, "events-max-bytes", d.MaxBytes, "bytes the event stream keeps (oldest dropped first)")
+			fs.DurationVar(&f.maxAge, "events-max-age", d.MaxAge, "how long the event stream keeps an event")
+			fs.DurationVar(&f.dupWindow, "events-duplicate-window", d.DuplicateWindow, "how long a Nats-Msg-Id is remembered; must exceed --lease + --resume-ttl")
+			fs.IntVar(&f.replicas, "events-replicas", d.Replicas, "stream replicas (3 on a JetStream cluster)")
+		},
+		apply:  applyEventsFlags,
+		attach: attachEvents,
+	})
+}
+
+// applyEventsFlags lays the events flags given on the command line over
+// cfg, fills in defaults and checks the result.
+func applyEventsFlags(fs *flag.FlagSet, cfg *serveConfig) error {
+	f, e := &eventsFlags, &cfg.eventsConfig
+	fs.Visit(func(fl *flag.Flag) {
+		switch fl.Name {
+		case "no-events":
+			e.NoEvents = f.off
+		case "nats-listen":
+			e.NATSListen = f.listen
+		case "nats-url":
+			e.NATSURL = f.url
+		case "nats-creds":
+			e.NATSCreds = f.creds
+		case "nats-store":
+			e.NATSStore = f.store
+		case "events-app":
+			e.EventsApp = f.app
+		case "events-max-bytes":
+			e.EventsMaxBytes = f.maxBytes
+		case "events-max-age":
+			e.EventsMaxAge = duration(f.maxAge)
+		case "events-duplicate-window":
+			e.EventsDupWindow = duration(f.dupWindow)
+		case "events-replicas":
+			e.EventsReplicas = f.replicas
+		}
+	})
+	d := events.DefaultStreamLimits()
+	if e.NATSListen == "" {
+		e.NATSListen = embedded.DefaultListen
+	}
+	if e.NATSStore == "" {
+		e.NATSStore = filepath.Join(filepath.Dir(cfg.DB), "nats")
+	}
+	if e.EventsApp == "" {
+		e.EventsApp = defaultEventsApp
+	}
+	if e.EventsMaxBytes == 0 {
+		e.EventsMaxBytes = d.MaxBytes
+	}
+	if e.EventsMaxAge == 0 {
+		e.EventsMaxAge = duration(d.MaxAge)
+	}
+	if e.EventsDupWindow == 0 {
+		e.EventsDupWindow = duration(d.DuplicateWindow)
+	}
+	if e.EventsReplicas == 0 {
+		e.EventsReplicas = d.Replicas
+	}
+	if e.NoEvents {
+		return nil
+	}
+	if err := events.ValidateApp(e.EventsApp); err != nil {
+		return fmt.Errorf("%w: events-app: %v", errUsage, err)
+	}
+	if err := e.limits().Validate(); err != nil {
+		return fmt.Errorf("%w: events: %v", errUsage, err)
+	}
+	if e.NATSURL == "" && e.EventsReplicas != 1 {
+		return fmt.Errorf("%w: events-replicas %d needs --nats-url (the embedded server is one machine)", errUsage, e.EventsReplicas)
+	}
+	if e.NATSCreds != "" && e.NATSURL == "" {
+		return fmt.Errorf("%w: nats-creds is for --nats-url", errUsage)
+	}
+	if _, err := natsHosts(e.NATSURL); err != nil {
+		return fmt.Errorf("%w: nats-url: %v", errUsage, err)
+	}
+	return nil
+}
+
+func (e eventsConfig) limits() events.StreamLimits {
+	l := events.DefaultStreamLimits()
+	l.MaxBytes, l.MaxAge, l.DuplicateWindow, l.Replicas = e.EventsMaxBytes, time.Duration(e.EventsMaxAge), time.Duration(e.EventsDupWindow), e.EventsReplicas
+	return l
+}
+
+// natsHosts checks a comma-separated list of nats:// (or tls://) URLs and
+// returns them without user information, for the log.
+func natsHosts(list string) ([]string, error) {
+	if list == "" {
+		return nil, nil
+	}
+	var hosts []string
+	for _, s := range strings.Split(list, ",") {
+		u, err := url.Parse(strings.TrimSpace(s))
+		if err != nil || u.Host == "" || (u.Scheme != "nats" && u.Scheme != "tls") {
+			return nil, fmt.Errorf("%q is not a nats:// or tls:// URL with a host", redactURL(s))
+		}
+		hosts = append(hosts, u.Scheme+"://"+u.Host)
+	}
+	return hosts, nil
+}
+
+// redactURL drops anything after "://" up to '@' (user and password) from a
+// URL before it is printed: a database or broker URL in a refusal.
+func redactURL(s string) string {
+	if i, j := strings.Index(s, "://"), strings.LastIndex(s, "@"); i >= 0 && j > i {
+		return s[:i+3] + "…@" + s[j+1:]
+	}
+	return s
+}
+
+// streamSetupTimeout bounds how long serve retries creating the event
+// stream: a cluster that has just started elects its JetStream leader
+// first and refuses meanwhile.
+const streamSetupTimeout = 30 * time.Second
+
+// ensureStream creates or updates the event stream, retrying every half
+// second until streamSetupTimeout.
+func ensureStream(ctx context.Context, js jetstream.JetStream, e eventsConfig, log *slog.Logger) (jetstream.Stream, error) {
+	deadline := time.Now().Add(streamSetupTimeout)
+	logged := false
+	for {
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		st, err := events.EnsureStream(sctx, js, e.EventsApp, e.limits())
+		cancel()
+		if err == nil {
+			return st, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return nil, fmt.Errorf("events: %w", err)
+		}
+		if !logged {
+			log.Warn("event stream not ready, retrying", "err", err)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// attachEvents starts the embedded server (or connects to the cluster),
+// makes sure the event stream exists with the configured limits, and
+// returns a run function that closes both at shutdown.
+func attachEvents(ctx context.Context, app *fleetApp, log *slog.Logger) (func(context.Context) error, error) {
+	e := app.cfg.eventsConfig
+	if e.NoEvents {
+		log.Info("event delivery disabled")
+		return nil, nil
+	}
+	eff := app.controller.Config()
+	if gap := eff.Lease + eff.ResumeTTL; time.Duration(e.EventsDupWindow) <= gap {
+		return nil, fmt.Errorf("%w: events-duplicate-window %v must exceed lease + resume-ttl (%v): a session can be resumed that long after its last publish",
+			errUsage, time.Duration(e.EventsDupWindow), gap)
+	}
+	var srv *embedded.Server
+	var nc *nats.Conn
+	var err error
+	where := ""
+	if e.NATSURL != "" {
+		opts := []nats.Option{nats.Name("dpxe serve"), nats.MaxReconnects(-1)}
+		if e.NATSCreds != "" {
+			if _, err := os.Stat(e.NATSCreds); err != nil {
+				return nil, fmt.Errorf("nats-creds: %w", err)
+			}
+			opts = append(opts, nats.UserCredentials(e.NATSCreds))
+		}
+		if nc, err = nats.Connect(e.NATSURL, opts...); err != nil {
+			hosts, _ := natsHosts(e.NATSURL)
+			return nil, fmt.Errorf("nats-url %s: %w", strings.Join(hosts, ","), err)
+		}
+		hosts, _ := natsHosts(e.NATSURL)
+		where = strings.Join(hosts, ",")
+	} else {
+		if err := os.MkdirAll(e.NATSStore, 0o700); err != nil {
+			return nil, fmt.Errorf("nats-store: %w", err)
+		}
+		srv, err = embedded.Start(embedded.ServerConfig{Listen: e.NATSListen, StoreDir: e.NATSStore, Log: log})
+		if err != nil {
+			return nil, err
+		}
+		if nc, err = srv.Connect(nats.Name("dpxe serve")); err != nil {
+			srv.Shutdown()
+			return nil, err
+		}
+		where = srv.ClientURL()
+	}
+	stop := func() {
+		nc.Close()
+		if srv != nil {
+			srv.Shutdown()
+		}
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	st, err := ensureStream(ctx, js, e, log)
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	log.Info("events", "nats", where, "embedded", srv != nil, "stream", st.CachedInfo().Config.Name,
+		"subjects", st.CachedInfo().Config.Subjects[0], "duplicate_window", time.Duration(e.EventsDupWindow))
+	return func(ctx context.Context) error {
+		<-ctx.Done()
+		stop()
+		return nil
+	}, nil
+}

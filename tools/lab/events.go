@@ -1,0 +1,64 @@
+package lab
+
+import (
+	"fmt"
+	"path/filepath"
+	"regexp"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/discord-pxe/dpxe/fleet/events"
+)
+
+// Event delivery in the simulated lab: `dpxe serve` runs its embedded NATS
+// server (on a port of its own, named in its "events" log line), and each
+// simulated node publishes every dispatch it receives from the emulator
+// through an events.Publisher, as kernel nodes will (they do not yet).
+
+// natsLineRE finds the NATS address in serve's log.
+var natsLineRE = regexp.MustCompile(`msg=events part=events nats=(nats://\S+)`)
+
+// labEventsApp is the app name of the lab's bot in subjects.
+const labEventsApp = "bot"
+
+// connectEvents connects the lab to the NATS server serve reported; a serve
+// without event delivery leaves NATSURL empty and the nodes publish
+// nothing.
+func (l *Lab) connectEvents() error {
+	m := natsLineRE.FindStringSubmatch(readFile(filepath.Join(l.cfg.Var, "serve.log")))
+	if m == nil {
+		l.logf("dpxe serve reports no NATS server: simulated nodes publish no events")
+		return nil
+	}
+	nc, err := nats.Connect(m[1], nats.Name("dpxe lab"), nats.MaxReconnects(-1))
+	if err != nil {
+		return fmt.Errorf("lab: NATS at %s: %w", m[1], err)
+	}
+	l.mu.Lock()
+	l.NATSURL, l.nc = m[1], nc
+	l.mu.Unlock()
+	l.logf("events: simulated nodes publish to %s (dpxe events tail --nats-url %s)", m[1], m[1])
+	return nil
+}
+
+// simPublisher is node's Publisher, nil without event delivery.
+func (l *Lab) simPublisher(node string) (*events.Publisher, error) {
+	l.mu.Lock()
+	nc := l.nc
+	l.mu.Unlock()
+	if nc == nil {
+		return nil, nil
+	}
+	return events.NewPublisher(nc, events.PublisherConfig{App: labEventsApp, Node: node})
+}
+
+// closeEvents closes the lab's NATS connection (after the nodes stopped).
+func (l *Lab) closeEvents() {
+	l.mu.Lock()
+	nc := l.nc
+	l.nc = nil
+	l.mu.Unlock()
+	if nc != nil {
+		nc.Close()
+	}
+}
