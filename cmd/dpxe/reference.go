@@ -41,6 +41,7 @@ var errFlagsOnly = errors.New("flags parsed")
 var helpArgs = map[string][][]string{
 	"admin":  {{"passwd", "-h"}},
 	"config": {{"show", "-h"}, {"set", "-h"}},
+	"events": {{"tail", "-h"}},
 }
 
 // commandUsage returns what `dpxe NAME ARGS... -h` prints.
