@@ -31,24 +31,23 @@ const (
 const (
 	TLSContentAlert           byte = 21 // §B.1 ContentType
 	TLSContentHandshake       byte = 22
-	TLSContentApplicationData byte = 23 // also TLSCiphertext.opaque_type (§5.2)
+	TLSContentApplicationData byte = 23 // also every TLSCiphertext's opaque_type (§5.2)
 
-	TLSRecordHeaderLen = 5               // opaque_type, legacy_record_version, length
-	TLSMaxInnerLen     = 1<<14 + 1       // §5.4: TLSInnerPlaintext: 2^14 content + type
-	TLSMaxCiphertext   = 1<<14 + 256     // §5.2: TLSCiphertext.length
-	TLSTagLen          = 16              // both AEADs
-	TLSIVLen           = 12              // §5.3: iv_length, both AEADs
-	tlsLegacyVersion   = 0x0303          // §5.2: legacy_record_version
-	tlsHashLen         = sha256.Size     // both suites hash with SHA-256
-	tlsSeqLast         = ^uint64(0)      // never used: the counter must not wrap (§5.3)
-	tlsFinishedMsgLen  = 4 + tlsHashLen  // Finished: type, uint24 length, verify_data
-	tlsHandshakeTypeFi = 20              // §4 HandshakeType finished
-	tlsRoleServer      = TLSRole(1)      // see TLSRole
-	tlsZeroSecretLen   = tlsHashLen      // §7.1: "0" is a HashLen string of zeros
-	tlsKeyAES128       = 16              // key_length of TLS_AES_128_GCM_SHA256
-	tlsKeyChaCha       = 32              // key_length of TLS_CHACHA20_POLY1305_SHA256
-	tlsSeqBytes        = 8               // §5.3: the 64-bit sequence number
-	tlsLowestInnerType = TLSContentAlert // §5: alert, handshake, application_data
+	TLSRecordHeaderLen = 5           // §5.1: type, legacy_record_version, length
+	TLSMaxInnerLen     = 1<<14 + 1   // §5.4: TLSInnerPlaintext, 2^14 content + type
+	TLSMaxCiphertext   = 1<<14 + 256 // §5.2: the largest TLSCiphertext.length
+	TLSTagLen          = 16          // both AEADs expand a record by 16 bytes
+	TLSIVLen           = 12          // §5.3: iv_length of both AEADs
+
+	tlsLegacyVersion     = 0x0303          // §5.2: legacy_record_version
+	tlsHashLen           = sha256.Size     // both suites hash with SHA-256 (§B.4)
+	tlsSeqLast           = ^uint64(0)      // never used, so the counter never wraps (§5.3)
+	tlsSeqBytes          = 8               // §5.3: a 64-bit sequence number
+	tlsFinishedMsgLen    = 4 + tlsHashLen  // a Finished: type, uint24 length, verify_data
+	tlsHandshakeFinished = 20              // §4 HandshakeType finished
+	tlsKeyAES128         = 16              // §B.4: key_length of TLS_AES_128_GCM_SHA256
+	tlsKeyChaCha         = 32              // RFC 8439's 256-bit key
+	tlsLowestInnerType   = TLSContentAlert // §5: alert, handshake, application_data
 )
 
 // Record refusals. Each error's text is the reason the kernel names (a TLS
@@ -96,7 +95,7 @@ type TLSRole int
 // server_* ones.
 const (
 	TLSClient TLSRole = 0
-	TLSServer TLSRole = tlsRoleServer
+	TLSServer TLSRole = 1
 )
 
 // TLSTrafficKeys is one direction's protection: the traffic secret it was
@@ -130,7 +129,7 @@ func NewTLS13(suite uint16, role TLSRole) (*TLS13, error) {
 		return nil, ErrTLSIllegalSuite
 	}
 	c := &TLS13{Suite: suite, Role: role, transcript: sha256.New()}
-	c.Secret = hkdf.Extract(sha256.New, make([]byte, tlsZeroSecretLen), nil)
+	c.Secret = hkdf.Extract(sha256.New, make([]byte, tlsHashLen), nil)
 	return c, nil
 }
 
@@ -169,7 +168,7 @@ func (c *TLS13) HandshakeSecrets(shared []byte) {
 // Finished. They take effect with ActivateRead and ActivateWrite, since a
 // client still writes its Finished with the handshake keys.
 func (c *TLS13) ApplicationSecrets() {
-	c.Secret = hkdf.Extract(sha256.New, make([]byte, tlsZeroSecretLen), c.derived())
+	c.Secret = hkdf.Extract(sha256.New, make([]byte, tlsHashLen), c.derived())
 	th := c.TranscriptHash()
 	c.ClientAppSecret = c.deriveSecret(c.Secret, "c ap traffic", th)
 	c.ServerAppSecret = c.deriveSecret(c.Secret, "s ap traffic", th)
@@ -351,5 +350,5 @@ func (c *TLS13) Open(b []byte) (typ byte, content []byte, n int, err error) {
 
 // FinishedMessage frames verify_data as a Finished handshake message.
 func FinishedMessage(verifyData []byte) []byte {
-	return append([]byte{tlsHandshakeTypeFi, 0, 0, byte(len(verifyData))}, verifyData...)
+	return append([]byte{tlsHandshakeFinished, 0, 0, byte(len(verifyData))}, verifyData...)
 }
