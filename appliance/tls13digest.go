@@ -12,6 +12,11 @@ import (
 // The digests of the kernel's TLS self-test (kernel/selftest/
 // tls_selftest.inc), computed with the Go reference of tls13.go.
 
+// TLSKernelConnBytes is the size of the kernel's TLS_CONN (kernel/tls/
+// tls.inc), a connection's whole TLS state, as docs/kernel.md states it;
+// the kernel's TLS self-test prints it and TestKernelTLS compares.
+const TLSKernelConnBytes = 832
+
 // TLSDigestNames names the TLS digests in the order the kernel prints them.
 var TLSDigestNames = []string{"tls13-rfc8448", "tls13"}
 

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -49,6 +50,10 @@ func TestKernelTLS(t *testing.T) {
 				if strings.HasPrefix(line, "cryptotest FAIL tls") {
 					t.Errorf("%s", strings.TrimSpace(line))
 				}
+			}
+			wantSize := fmt.Sprintf("tlstest: TLS_CONN=%d bytes per connection", appliance.TLSKernelConnBytes)
+			if !strings.Contains(res.Serial, wantSize) {
+				t.Errorf("no %q line: the TLS_CONN layout changed (update appliance.TLSKernelConnBytes and docs/kernel.md) or the TLS self-test did not run", wantSize)
 			}
 			rep, err := appliance.ParseSelfTestReport(res.Serial)
 			if err != nil {
