@@ -18,7 +18,7 @@ import (
 const TLSKernelConnBytes = 832
 
 // TLSDigestNames names the TLS digests in the order the kernel prints them.
-var TLSDigestNames = []string{"tls13-rfc8448", "tls13"}
+var TLSDigestNames = []string{"tls13-rfc8448", "tls13", "tls13-ch", "tls13-hs"}
 
 // TLSRFC8448Fields lists, in order, the RFC 8448 values the kernel's replay
 // takes from its vector section (each as u32 little-endian length and
@@ -221,7 +221,7 @@ func TLSDigests(seed uint32) map[string]uint64 {
 	for i := 0; i < CryptoSelfTestCases; i++ {
 		tlsCase(rng, &d)
 	}
-	return map[string]uint64{"tls13": uint64(d)}
+	return map[string]uint64{"tls13": uint64(d), "tls13-ch": TLSClientHelloDigest(seed), "tls13-hs": TLSHSDigest()}
 }
 
 func tlsCase(rng *splitmix64, d *digest) {
