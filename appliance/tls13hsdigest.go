@@ -156,6 +156,15 @@ func tlsHSCorpusEntries() [][]byte {
 		f = binary.LittleEndian.AppendUint32(f, uint32(chunks[r>>32%6]))
 		out = append(out, append(f, stream...))
 	}
+	for _, n := range []int{0, 99, 100, 101} { // at the maximum of 100, either side, and empty
+		for _, chunk := range []uint32{1, 7, 1000} {
+			f := binary.LittleEndian.AppendUint32([]byte{tlsHSKindFraming}, 100)
+			f = binary.LittleEndian.AppendUint32(f, chunk)
+			f = append(f, 20, 0, byte(n>>8), byte(n))
+			f = append(f, make([]byte, n)...)
+			out = append(out, append(f, 24, 0, 0, 1, 0))
+		}
+	}
 	return out
 }
 

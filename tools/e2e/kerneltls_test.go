@@ -24,6 +24,7 @@ func init() {
 		}
 		return appliance.TLSRFC8448Section(v)
 	}
+	cryptoSections["TLSHS   "] = func() ([]byte, error) { return appliance.TLSHSSection(), nil }
 }
 
 // TestKernelTLS boots the crypto self-test on every CPU model and wants the
