@@ -16,6 +16,9 @@ import (
 // rfc8448Path is the RFC 8448 data file, from this package's directory.
 const rfc8448Path = "../../appliance/testdata/rfc8448-simple-1rtt.txt"
 
+// x509Dir is the X.509 corpus's certificates, from this package's directory.
+const x509Dir = "../../appliance/testdata/x509"
+
 func init() {
 	cryptoSections["TLS8448 "] = func() ([]byte, error) {
 		v, err := appliance.LoadRFC8448(rfc8448Path)
@@ -25,11 +28,14 @@ func init() {
 		return appliance.TLSRFC8448Section(v)
 	}
 	cryptoSections["TLSHS   "] = func() ([]byte, error) { return appliance.TLSHSSection(), nil }
+	cryptoSections["X509DER "] = func() ([]byte, error) { return appliance.X509Section(x509Dir) }
 }
 
 // TestKernelTLS boots the crypto self-test on every CPU model and wants the
-// kernel's TLS digests to equal Go's: the RFC 8448 replay and the
-// pseudo-random handshakes (both suites, records both ways, every refusal).
+// kernel's TLS digests to equal Go's: the RFC 8448 replay, the
+// pseudo-random handshakes (both suites, records both ways, every refusal),
+// the ClientHellos and alert names, the handshake-message corpus and the
+// X.509 corpus.
 func TestKernelTLS(t *testing.T) {
 	v, err := appliance.LoadRFC8448(rfc8448Path)
 	if err != nil {
@@ -41,6 +47,9 @@ func TestKernelTLS(t *testing.T) {
 	}
 	want := appliance.TLSDigests(selfTestSeed)
 	want["tls13-rfc8448"] = rfc
+	if want["x509"], _, err = appliance.X509Digest(x509Dir); err != nil {
+		t.Fatal(err)
+	}
 	for _, cpu := range cryptoCPUs {
 		t.Run(cpu, func(t *testing.T) {
 			res := cryptoSelfTest(t, cpu)
