@@ -130,6 +130,8 @@ func TestX509Times(t *testing.T) {
 	}
 }
 
+// FuzzParseX509: no panic, every refusal named, the limits kept, and
+// where crypto/x509 also accepts the input, the same fields.
 func FuzzParseX509(f *testing.F) {
 	entries, err := x509CorpusEntries(X509TestdataDir)
 	if err != nil {
@@ -145,8 +147,27 @@ func FuzzParseX509(f *testing.F) {
 		if X509ReasonIndex(err) < 0 {
 			t.Fatalf("unnamed refusal %v", err)
 		}
-		if err == nil && (len(c.Extensions) > X509MaxExtensions || len(c.DNSNames) > X509MaxDNSNames) {
+		if err != nil {
+			return
+		}
+		if len(c.Extensions) > X509MaxExtensions || len(c.DNSNames) > X509MaxDNSNames {
 			t.Fatalf("over the limits: %d, %d", len(c.Extensions), len(c.DNSNames))
+		}
+		g, gerr := x509.ParseCertificate(b)
+		if gerr != nil {
+			return // crypto/x509 checks more (keys, names, extension contents)
+		}
+		if !bytes.Equal(c.TBS, g.RawTBSCertificate) || !bytes.Equal(c.Issuer, g.RawIssuer) ||
+			!bytes.Equal(c.Subject, g.RawSubject) || !bytes.Equal(c.SPKI, g.RawSubjectPublicKeyInfo) ||
+			!bytes.Equal(c.Signature, g.Signature) || c.NotBefore != g.NotBefore.Unix() ||
+			c.NotAfter != g.NotAfter.Unix() || len(c.Extensions) != len(g.Extensions) ||
+			c.DNSCount != len(g.DNSNames) {
+			t.Fatalf("both accept, fields differ from crypto/x509")
+		}
+		for i, x := range g.Extensions {
+			if c.Extensions[i].Critical != x.Critical || !bytes.Equal(c.Extensions[i].Value, x.Value) {
+				t.Fatalf("extension %v differs from crypto/x509", x.Id)
+			}
 		}
 	})
 }
