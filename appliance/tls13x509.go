@@ -37,7 +37,25 @@ const (
 	x509MinYear       = 1950 // UTCTime's first year (RFC 5280 §4.1.2.5.1)
 )
 
-var oidSubjectAltName = []byte{0x55, 0x1d, 0x11} // 2.5.29.17
+var (
+	oidSubjectAltName   = []byte{0x55, 0x1d, 0x11}                               // 2.5.29.17
+	oidBasicConstraints = []byte{0x55, 0x1d, 0x13}                               // 2.5.29.19
+	oidKeyUsage         = []byte{0x55, 0x1d, 0x0f}                               // 2.5.29.15
+	oidExtKeyUsage      = []byte{0x55, 0x1d, 0x25}                               // 2.5.29.37
+	oidEKUServerAuth    = []byte{0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, 0x01} // 1.3.6.1.5.5.7.3.1
+	oidEKUAny           = []byte{0x55, 0x1d, 0x25, 0x00}                         // 2.5.29.37.0
+)
+
+// X509Cert.Flags: what the extensions the reader understands say (RFC
+// 5280 §4.2.1.3, §4.2.1.9, §4.2.1.12).
+const (
+	X509BasicConstraints = 1 << 0 // basicConstraints present
+	X509CA               = 1 << 1 // cA TRUE
+	X509KeyUsage         = 1 << 2 // keyUsage present (bits in KeyUsage)
+	X509ExtKeyUsage      = 1 << 3 // extendedKeyUsage present
+	X509EKUServerAuth    = 1 << 4 // id-kp-serverAuth listed
+	X509EKUAny           = 1 << 5 // anyExtendedKeyUsage listed
+)
 
 // X.509 refusals (local reasons; a TLS client sends bad_certificate).
 var (
@@ -98,6 +116,16 @@ type X509Cert struct {
 	Extensions                     []X509Extension
 	DNSNames                       [][]byte // the first X509MaxDNSNames
 	DNSCount                       int      // all dNSNames of subjectAltName
+	// Flags are X509BasicConstraints..X509EKUAny; PathLen is
+	// basicConstraints' pathLenConstraint (0..255), -1 when absent;
+	// KeyUsage the keyUsage BIT STRING's first two bytes, big-endian
+	// (digitalSignature is 0x8000, decipherOnly 0x0080); UnknownCritical
+	// counts critical extensions the reader does not understand (path
+	// validation will refuse them; nameConstraints is one of them).
+	Flags           int
+	PathLen         int
+	KeyUsage        int
+	UnknownCritical int
 }
 
 // derTLV is one element: its tag, the whole TLV and its content.
@@ -273,10 +301,12 @@ func x509Time(t derTLV) (int64, error) {
 // STRING, nothing more; the 25th is x509_too_many_extensions, an OID seen
 // before x509_duplicate_extension; subjectAltName's value one non-empty
 // SEQUENCE of GeneralNames (DER-framed, any tag) filling it, of which the
-// dNSNames are counted and the first 16 kept. Framing errors are
+// dNSNames are counted and the first 16 kept; basicConstraints, keyUsage
+// and extendedKeyUsage are read into Flags, PathLen and KeyUsage (see
+// their functions); other critical extensions are counted. Framing errors are
 // der_malformed wherever they occur, and come before the tag's check.
 func ParseX509(der []byte) (*X509Cert, error) {
-	c := &X509Cert{}
+	c := &X509Cert{PathLen: -1}
 	outer, rest, err := derExpect(der, tagSequence)
 	if err != nil {
 		return nil, err
@@ -471,10 +501,114 @@ func x509Extensions(c *X509Cert, b []byte) error {
 			}
 		}
 		c.Extensions = append(c.Extensions, e)
-		if bytes.Equal(e.OID, oidSubjectAltName) {
-			if err := x509SAN(c, e.Value); err != nil {
-				return err
-			}
+		switch {
+		case bytes.Equal(e.OID, oidSubjectAltName):
+			err = x509SAN(c, e.Value)
+		case bytes.Equal(e.OID, oidBasicConstraints):
+			err = x509BasicConstraints(c, e.Value)
+		case bytes.Equal(e.OID, oidKeyUsage):
+			err = x509KeyUsage(c, e.Value)
+		case bytes.Equal(e.OID, oidExtKeyUsage):
+			err = x509ExtKeyUsage(c, e.Value)
+		case e.Critical:
+			c.UnknownCritical++
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// x509BasicConstraints: a SEQUENCE filling the value, holding an optional
+// BOOLEAN that DER only allows as TRUE, then an optional INTEGER 0..255
+// in minimal form, nothing more (RFC 5280 §4.2.1.9).
+func x509BasicConstraints(c *X509Cert, b []byte) error {
+	seq, rest, err := derExpect(b, tagSequence)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 0 {
+		return ErrX509Malformed
+	}
+	c.Flags |= X509BasicConstraints
+	b = seq.content
+	if len(b) == 0 {
+		return nil
+	}
+	t, b, err := derRead(b)
+	if err != nil {
+		return err
+	}
+	if t.tag == tagBoolean {
+		if len(t.content) != 1 || t.content[0] != 0xff {
+			return ErrX509Malformed
+		}
+		c.Flags |= X509CA
+		if len(b) == 0 {
+			return nil
+		}
+		if t, b, err = derRead(b); err != nil {
+			return err
+		}
+	}
+	v := t.content
+	if t.tag != tagInteger || len(b) != 0 {
+		return ErrX509Malformed
+	}
+	switch {
+	case len(v) == 1 && v[0] < 0x80:
+		c.PathLen = int(v[0])
+	case len(v) == 2 && v[0] == 0 && v[1] >= 0x80:
+		c.PathLen = int(v[1])
+	default:
+		return ErrX509Malformed
+	}
+	return nil
+}
+
+// x509KeyUsage: a BIT STRING filling the value with one or two bytes of
+// bits and at most 7 unused bits (RFC 5280 §4.2.1.3).
+func x509KeyUsage(c *X509Cert, b []byte) error {
+	t, rest, err := derExpect(b, tagBitString)
+	if err != nil {
+		return err
+	}
+	v := t.content
+	if len(rest) != 0 || len(v) < 2 || len(v) > 3 || v[0] > 7 {
+		return ErrX509Malformed
+	}
+	c.Flags |= X509KeyUsage
+	c.KeyUsage = int(v[1]) << 8
+	if len(v) == 3 {
+		c.KeyUsage |= int(v[2])
+	}
+	return nil
+}
+
+// x509ExtKeyUsage: one non-empty SEQUENCE of non-empty OIDs filling the
+// value (RFC 5280 §4.2.1.12).
+func x509ExtKeyUsage(c *X509Cert, b []byte) error {
+	seq, rest, err := derExpect(b, tagSequence)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 0 || len(seq.content) == 0 {
+		return ErrX509Malformed
+	}
+	c.Flags |= X509ExtKeyUsage
+	for b = seq.content; len(b) > 0; {
+		var o derTLV
+		if o, b, err = derExpect(b, tagOID); err != nil {
+			return err
+		}
+		switch {
+		case len(o.content) == 0:
+			return ErrX509Malformed
+		case bytes.Equal(o.content, oidEKUServerAuth):
+			c.Flags |= X509EKUServerAuth
+		case bytes.Equal(o.content, oidEKUAny):
+			c.Flags |= X509EKUAny
 		}
 	}
 	return nil

@@ -64,6 +64,31 @@ func TestX509CryptoX509(t *testing.T) {
 				t.Errorf("%s: extension %v critical %v", f, x.Id, c.Extensions[i].Critical)
 			}
 		}
+		if g.BasicConstraintsValid != (c.Flags&X509BasicConstraints != 0) || g.IsCA != (c.Flags&X509CA != 0) {
+			t.Errorf("%s: basicConstraints flags %x, crypto/x509 valid %v CA %v", f, c.Flags, g.BasicConstraintsValid, g.IsCA)
+		}
+		if gl := g.MaxPathLen; (g.MaxPathLenZero || gl > 0) != (c.PathLen >= 0) || (c.PathLen >= 0 && gl != c.PathLen) {
+			t.Errorf("%s: pathLen %d, crypto/x509 %d", f, c.PathLen, gl)
+		}
+		var ku x509.KeyUsage // crypto/x509 numbers the bits from the first
+		for i := 0; i < 9; i++ {
+			if c.KeyUsage&(0x8000>>i) != 0 {
+				ku |= 1 << i
+			}
+		}
+		if ku != g.KeyUsage {
+			t.Errorf("%s: keyUsage %04x, crypto/x509 %b", f, c.KeyUsage, g.KeyUsage)
+		}
+		serverAuth := false
+		for _, u := range g.ExtKeyUsage {
+			serverAuth = serverAuth || u == x509.ExtKeyUsageServerAuth
+		}
+		if serverAuth != (c.Flags&X509EKUServerAuth != 0) || (len(g.ExtKeyUsage)+len(g.UnknownExtKeyUsage) > 0) != (c.Flags&X509ExtKeyUsage != 0) {
+			t.Errorf("%s: EKU flags %x, crypto/x509 %v", f, c.Flags, g.ExtKeyUsage)
+		}
+		if c.UnknownCritical != len(g.UnhandledCriticalExtensions) {
+			t.Errorf("%s: %d unknown critical, crypto/x509 %d", f, c.UnknownCritical, len(g.UnhandledCriticalExtensions))
+		}
 		if c.DNSCount != len(g.DNSNames) {
 			t.Errorf("%s: %d dNSNames, crypto/x509 %d", f, c.DNSCount, len(g.DNSNames))
 		}
@@ -106,6 +131,49 @@ func TestX509Refusals(t *testing.T) {
 		}
 		if i == 24 && (c.DNSCount != 20 || len(c.DNSNames) != X509MaxDNSNames) {
 			t.Errorf("20 dNSNames: count %d, kept %d", c.DNSCount, len(c.DNSNames))
+		}
+	}
+}
+
+// TestX509ExtensionContents: basicConstraints, keyUsage, extendedKeyUsage
+// and unknown critical extensions, verdicts and what they say.
+func TestX509ExtensionContents(t *testing.T) {
+	M := ErrX509Malformed
+	D := ErrDERMalformed
+	want := []struct {
+		err                         error
+		flags, path, ku, unknownCrt int
+	}{
+		{nil, X509BasicConstraints, -1, 0, 0}, {nil, X509BasicConstraints | X509CA, -1, 0, 0},
+		{nil, X509BasicConstraints | X509CA, 0, 0, 0}, {nil, X509BasicConstraints, 127, 0, 0},
+		{nil, X509BasicConstraints | X509CA, 255, 0, 0}, {M, 0, 0, 0, 0},
+		{M, 0, 0, 0, 0}, {M, 0, 0, 0, 0},
+		{M, 0, 0, 0, 0}, {M, 0, 0, 0, 0},
+		{M, 0, 0, 0, 0}, {M, 0, 0, 0, 0},
+		{M, 0, 0, 0, 0}, {M, 0, 0, 0, 0}, {D, 0, 0, 0, 0},
+		{nil, X509KeyUsage, -1, 0x8000, 0}, {nil, X509KeyUsage, -1, 0x8680, 0}, {nil, X509KeyUsage, -1, 0x0600, 0},
+		{M, 0, 0, 0, 0}, {M, 0, 0, 0, 0}, {M, 0, 0, 0, 0}, {M, 0, 0, 0, 0},
+		{M, 0, 0, 0, 0},
+		{nil, X509ExtKeyUsage | X509EKUServerAuth, -1, 0, 0},
+		{nil, X509ExtKeyUsage | X509EKUAny, -1, 0, 0},
+		{M, 0, 0, 0, 0}, {M, 0, 0, 0, 0}, {M, 0, 0, 0, 0},
+		{M, 0, 0, 0, 0},
+		{nil, 0, -1, 0, 2},
+		{nil, 0, -1, 0, 2},
+	}
+	cases := x509SynthExtCases()
+	if len(cases) != len(want) {
+		t.Fatalf("%d cases, %d verdicts", len(cases), len(want))
+	}
+	for i, b := range cases {
+		c, err := ParseX509(b)
+		w := want[i]
+		if err != w.err {
+			t.Errorf("case %d: %v, want %v", i, err, w.err)
+			continue
+		}
+		if err == nil && (c.Flags != w.flags || c.PathLen != w.path || c.KeyUsage != w.ku || c.UnknownCritical != w.unknownCrt) {
+			t.Errorf("case %d: flags %x path %d ku %04x unknown %d", i, c.Flags, c.PathLen, c.KeyUsage, c.UnknownCritical)
 		}
 	}
 }

@@ -136,7 +136,7 @@ func x509SynthCases() [][]byte {
 		x509Synth{exts: exts(derEnc(tagSequence, derEnc(tagOID, []byte{0x55, 0x1d, 0x13}), derEnc(tagOctetString, nil), []byte{5, 0}))}.der(),
 		x509Synth{exts: exts(derEnc(tagSequence, derEnc(tagOID, nil), derEnc(tagOctetString, nil)))}.der(),
 		x509Synth{exts: exts(derEnc(tagSequence, derEnc(tagOID, []byte{0x55, 0x1d, 0x13}), derEnc(tagInteger, []byte{1})))}.der(),
-		x509Synth{exts: exts(x509Ext([]byte{0x55, 0x1d, 0x13}, true, nil), x509Ext([]byte{0x55, 0x1d, 0x0f}, true, nil), x509Ext([]byte{0x55, 0x1d, 0x13}, false, nil))}.der(),
+		x509Synth{exts: exts(x509Ext(oidBasicConstraints, true, derEnc(tagSequence)), x509Ext(oidKeyUsage, true, []byte{3, 2, 7, 0x80}), x509Ext(oidBasicConstraints, false, derEnc(tagSequence)))}.der(),
 		x509Synth{exts: many(24)}.der(),
 		x509Synth{exts: many(25)}.der(),
 		x509Synth{tail: derEnc(tagSequence)}.der(),
@@ -189,10 +189,46 @@ func x509SynthCases() [][]byte {
 	return out
 }
 
+// x509SynthExtCases are hand-made certificates for the extensions the
+// reader understands: basicConstraints, keyUsage, extendedKeyUsage, and
+// critical ones it does not.
+func x509SynthExtCases() [][]byte {
+	exts := func(list ...[]byte) []byte {
+		var c []byte
+		for _, e := range list {
+			c = append(c, e...)
+		}
+		return derEnc(tagExtensions, derEnc(tagSequence, c))
+	}
+	var out [][]byte
+	bc := func(v []byte) []byte { return x509Synth{exts: exts(x509Ext(oidBasicConstraints, true, v))}.der() }
+	ku := func(v []byte) []byte { return x509Synth{exts: exts(x509Ext(oidKeyUsage, true, v))}.der() }
+	eku := func(v []byte) []byte { return x509Synth{exts: exts(x509Ext(oidExtKeyUsage, false, v))}.der() }
+	out = append(out,
+		bc(derEnc(tagSequence)), bc(derEnc(tagSequence, []byte{1, 1, 0xff})),
+		bc(derEnc(tagSequence, []byte{1, 1, 0xff, 2, 1, 0})), bc(derEnc(tagSequence, []byte{2, 1, 127})),
+		bc(derEnc(tagSequence, []byte{1, 1, 0xff, 2, 2, 0, 0xff})), bc(derEnc(tagSequence, []byte{2, 2, 0, 0x7f})),
+		bc(derEnc(tagSequence, []byte{2, 2, 1, 0})), bc(derEnc(tagSequence, []byte{2, 1, 0x80})),
+		bc(derEnc(tagSequence, []byte{1, 1, 0})), bc(derEnc(tagSequence, []byte{1, 1, 0xff, 1, 1, 0xff})),
+		bc(derEnc(tagSequence, []byte{2, 1, 0, 2, 1, 0})), bc(derEnc(tagSequence, []byte{2, 0})),
+		bc(append(derEnc(tagSequence), 0)), bc(derEnc(tagOctetString)), bc(nil),
+		ku([]byte{3, 2, 7, 0x80}), ku([]byte{3, 3, 7, 0x86, 0x80}), ku([]byte{3, 2, 1, 0x06}),
+		ku([]byte{3, 1, 0}), ku([]byte{3, 2, 8, 0}), ku([]byte{3, 4, 0, 1, 2, 3}), ku([]byte{3, 2, 0, 1, 0}),
+		ku([]byte{4, 2, 0, 1}),
+		eku(derEnc(tagSequence, derEnc(tagOID, oidEKUServerAuth))),
+		eku(derEnc(tagSequence, derEnc(tagOID, []byte{0x2b, 6, 1, 5, 5, 7, 3, 2}), derEnc(tagOID, oidEKUAny))),
+		eku(derEnc(tagSequence)), eku(derEnc(tagSequence, derEnc(tagOID))), eku(derEnc(tagSequence, derEnc(tagInteger, []byte{1}))),
+		eku(append(derEnc(tagSequence, derEnc(tagOID, oidEKUServerAuth)), 0)),
+		x509Synth{exts: exts(x509Ext([]byte{0x55, 0x1d, 0x1e}, true, derEnc(tagSequence)), x509Ext([]byte{0x55, 0x1d, 0x20}, false, derEnc(tagSequence)), x509Ext([]byte{0x2b, 6, 1, 4, 1, 0x82, 0x37, 1}, true, nil))}.der(),
+		x509Synth{exts: exts(x509Ext([]byte{0x55, 0x1d}, true, nil), x509Ext([]byte{0x55, 0x1d, 0x13, 0}, true, nil))}.der(),
+	)
+	return out
+}
+
 // x509CorpusEntries is the X.509 corpus: every certificate of testdata/x509
 // in name order and the hand-made ones; each certificate whole, cut at
 // lengths under 40, every 5th length and the last 40, and with 64 random
-// single-byte changes.
+// single-byte changes; then the hand-made ones.
 func x509CorpusEntries(dir string) ([][]byte, error) {
 	files, err := filepath.Glob(filepath.Join(dir, "*.der"))
 	if err != nil {
@@ -223,7 +259,8 @@ func x509CorpusEntries(dir string) ([][]byte, error) {
 			out = append(out, b)
 		}
 	}
-	return append(out, x509SynthCases()...), nil
+	out = append(out, x509SynthCases()...)
+	return append(out, x509SynthExtCases()...), nil
 }
 
 // X509Section is the kernel's 'X509DER ' vector section: the corpus's
@@ -246,7 +283,8 @@ func X509Section(dir string) ([]byte, error) {
 // SigAlg, SigOID, Signature, Serial, Issuer, Subject (as bytes),
 // NotBefore, NotAfter, SPKI, SPKIOID, SPKIParams, SPKIKey, the number of
 // extensions and each one's OID, criticality (1/0) and value, DNSCount
-// and the kept dNSNames. It also returns the number of entries.
+// and the kept dNSNames, Flags, PathLen (as a 64-bit two's complement),
+// KeyUsage and UnknownCritical. It also returns the number of entries.
 func X509Digest(dir string) (uint64, int, error) {
 	entries, err := x509CorpusEntries(dir)
 	if err != nil {
@@ -281,6 +319,10 @@ func X509Digest(dir string) (uint64, int, error) {
 		for _, n := range c.DNSNames {
 			digestBytes(&d, n)
 		}
+		d.add(uint64(c.Flags))
+		d.add(uint64(int64(c.PathLen)))
+		d.add(uint64(c.KeyUsage))
+		d.add(uint64(c.UnknownCritical))
 	}
 	return uint64(d), len(entries), nil
 }
