@@ -97,6 +97,7 @@ text_start:
 %include "selftest/inflate_selftest.inc"	; lib/inflate.inc
 %include "crypto/sym.inc"		; hashes, MACs, HKDF, AEADs
 %include "crypto/asym.inc"		; X25519, P-256/P-384, ECDSA, RSA
+%include "tls/tls.inc"			; TLS 1.3 key schedule, record protection
 %include "selftest/crypto_selftest.inc"	; cryptotest=1
 %include "core/data.inc"		; read-only tables and strings
 
