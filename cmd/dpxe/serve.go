@@ -97,6 +97,18 @@ func defaultServeConfig() serveConfig {
 }
 
 // parseServeFlags turns arguments into a config: defaults, then the
+// dataDir is where serve keeps its own files by default (the admin and
+// metrics tokens, the embedded broker's store): the directory of the
+// SQLite file, or, for a PostgreSQL URL, which has no directory and whose
+// text must not become a path (it may hold a password), the default
+// database's directory.
+func (c serveConfig) dataDir() string {
+	if store.IsPostgresURL(c.DB) {
+		return filepath.Dir(defaultDBPath)
+	}
+	return filepath.Dir(c.DB)
+}
+
 // --config file, then flags given explicitly.
 func parseServeFlags(args []string) (serveConfig, error) {
 	cfg := defaultServeConfig()
@@ -157,11 +169,7 @@ func parseServeFlags(args []string) (serveConfig, error) {
 		}
 	})
 	if cfg.AdminTokenFile == "" {
-		dir := filepath.Dir(cfg.DB)
-		if store.IsPostgresURL(cfg.DB) { // a URL has no directory: the default file's
-			dir = filepath.Dir(defaultDBPath)
-		}
-		cfg.AdminTokenFile = filepath.Join(dir, adminTokenName)
+		cfg.AdminTokenFile = filepath.Join(cfg.dataDir(), adminTokenName)
 	}
 	cfg.RotateAdminToken = *rotate
 	if cfg.TotalShards == 0 || cfg.MaxConcurrency == 0 {

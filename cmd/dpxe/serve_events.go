@@ -60,7 +60,7 @@ func init() {
 			fs.StringVar(&f.listen, "nats-listen", embedded.DefaultListen, "host:port of the embedded NATS server (port 0 picks one)")
 			fs.StringVar(&f.url, "nats-url", "", "use this NATS cluster instead of the embedded server (nats://a:4222,nats://b:4222)")
 			fs.StringVar(&f.creds, "nats-creds", "", "NATS credentials file (.creds) for --nats-url")
-			fs.StringVar(&f.store, "nats-store", "", "JetStream file store of the embedded server (default: nats/ beside --db)")
+			fs.StringVar(&f.store, "nats-store", "", "JetStream file store of the embedded server (default: nats/ beside --db; ./var/ for a postgres:// --db)")
 			fs.StringVar(&f.app, "events-app", defaultEventsApp, "the bot's name in event subjects dpxe.<app>.events.<shard>.<EVENT>")
 			fs.Int64Var(&f.maxBytes, "events-max-bytes", d.MaxBytes, "bytes the event stream keeps (oldest dropped first)")
 			fs.DurationVar(&f.maxAge, "events-max-age", d.MaxAge, "how long the event stream keeps an event")
@@ -105,7 +105,7 @@ func applyEventsFlags(fs *flag.FlagSet, cfg *serveConfig) error {
 		e.NATSListen = embedded.DefaultListen
 	}
 	if e.NATSStore == "" {
-		e.NATSStore = filepath.Join(filepath.Dir(cfg.DB), "nats")
+		e.NATSStore = filepath.Join(cfg.dataDir(), "nats")
 	}
 	if e.EventsApp == "" {
 		e.EventsApp = defaultEventsApp

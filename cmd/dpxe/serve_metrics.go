@@ -51,7 +51,7 @@ func init() {
 		name: "metrics",
 		flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&metricsFlags.listen, "metrics-listen", "", "also serve /metrics, /healthz and /readyz here, without a token (e.g. 127.0.0.1:9464)")
-			fs.StringVar(&metricsFlags.tokenFile, "metrics-token-file", "", "where the first start writes the read-only metrics token (default: metrics.token beside --db)")
+			fs.StringVar(&metricsFlags.tokenFile, "metrics-token-file", "", "where the first start writes the read-only metrics token (default: metrics.token beside --db; ./var/ for a postgres:// --db)")
 			fs.DurationVar(&metricsFlags.bound, "ready-ping-bound", metrics.DefaultPingBound, "a READY shard whose last ping is over this is not ready (GET /readyz)")
 			fs.BoolVar(&metricsFlags.nodeSeries, "metrics-node-series", true, "export the series labelled by node (most of a large fleet's scrape)")
 			fs.BoolVar(&metricsFlags.rotate, "rotate-metrics-token", false, "write a new metrics token (the old one stops working)")
@@ -83,7 +83,7 @@ func applyMetricsFlags(fs *flag.FlagSet, cfg *serveConfig) error {
 	})
 	m.RotateMetricsToken = metricsFlags.rotate
 	if m.MetricsTokenFile == "" {
-		m.MetricsTokenFile = filepath.Join(filepath.Dir(cfg.DB), metricsTokenName)
+		m.MetricsTokenFile = filepath.Join(cfg.dataDir(), metricsTokenName)
 	}
 	if b := time.Duration(m.ReadyPingBound); b <= 0 || b > maxPingBound {
 		return fmt.Errorf("%w: ready_ping_bound %v out of range 1ns..%v", errUsage, b, maxPingBound)

@@ -52,7 +52,10 @@ func TestServeOnPostgres(t *testing.T) {
 	}
 	tokenFile := filepath.Join(dir, "admin.token")
 	const lease = 60 * time.Second
-	args := []string{"--db", dsnWithPassword, "--admin-token-file", tokenFile, "--total-shards", "8",
+	// Every file serve keeps goes to the test's directory (by default they
+	// would go to ./var, TestServeFilesBesideAURL).
+	args := []string{"--db", dsnWithPassword, "--admin-token-file", tokenFile,
+		"--metrics-token-file", filepath.Join(dir, "metrics.token"), "--nats-store", filepath.Join(dir, "nats"), "--total-shards", "8",
 		"--max-concurrency", "2", "--identify-window", "100ms", "--lease", lease.String()}
 	p := startServe(t, bin, args...)
 	if !strings.Contains(p.logs(), `db="postgres://postgres:xxxxx@127.0.0.1:`) {

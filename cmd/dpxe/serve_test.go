@@ -337,3 +337,28 @@ func TestServeFlagsAndConfig(t *testing.T) {
 		t.Errorf("zero shards accepted: %v", err)
 	}
 }
+
+// TestServeFilesBesideAURL: with a PostgreSQL --db, the files serve keeps
+// by default (admin and metrics tokens, the broker's store) go under the
+// default data directory, never under a path made of the URL (which would
+// put its password in a folder name in the working directory).
+func TestServeFilesBesideAURL(t *testing.T) {
+	cfg, err := parseServeFlags([]string{"--db", "postgres://dpxe:pw-in-url@127.0.0.1:5432/dpxe"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Dir(defaultDBPath)
+	for what, path := range map[string]string{"admin token": cfg.AdminTokenFile,
+		"metrics token": cfg.MetricsTokenFile, "nats store": cfg.NATSStore} {
+		if filepath.Dir(path) != dir || strings.Contains(path, "pw-in-url") {
+			t.Errorf("%s at %q, want it in %s", what, path, dir)
+		}
+	}
+	cfg, err = parseServeFlags([]string{"--db", filepath.Join("some", "where", "dpxe.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.AdminTokenFile != filepath.Join("some", "where", adminTokenName) || cfg.NATSStore != filepath.Join("some", "where", "nats") {
+		t.Errorf("beside a SQLite file: %q, %q", cfg.AdminTokenFile, cfg.NATSStore)
+	}
+}
