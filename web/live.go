@@ -16,7 +16,7 @@ import (
 	"github.com/a-h/templ"
 
 	"github.com/discord-pxe/dpxe/fleet/security"
-	"github.com/discord-pxe/dpxe/templates"
+	"github.com/discord-pxe/dpxe/web/templates"
 	"github.com/discord-pxe/dpxe/web/view"
 )
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/discord-pxe/dpxe/fleet/api"
 	"github.com/discord-pxe/dpxe/fleet/security"
-	"github.com/discord-pxe/dpxe/templates"
+	"github.com/discord-pxe/dpxe/web/templates"
 )
 
 // One-time login links. An operator who holds the admin token asks for a

@@ -12,7 +12,7 @@ import (
 
 	"github.com/discord-pxe/dpxe/appliance"
 	"github.com/discord-pxe/dpxe/fleet/controller"
-	"github.com/discord-pxe/dpxe/templates"
+	"github.com/discord-pxe/dpxe/web/templates"
 	"github.com/discord-pxe/dpxe/web/view"
 )
 

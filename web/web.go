@@ -1,6 +1,6 @@
 // Package web is the fleet dashboard of `dpxe serve`: HTTP handlers that
 // build view models (package web/view) from the controller and render them
-// with the templ components in templates/. Pages work without JavaScript;
+// with the templ components in web/templates/. Pages work without JavaScript;
 // a small embedded script adds live updates over server-sent events and
 // lease countdowns.
 //
@@ -27,7 +27,7 @@ import (
 	"github.com/discord-pxe/dpxe/fleet/controller"
 	"github.com/discord-pxe/dpxe/fleet/security"
 	"github.com/discord-pxe/dpxe/fleet/store"
-	"github.com/discord-pxe/dpxe/templates"
+	"github.com/discord-pxe/dpxe/web/templates"
 	"github.com/discord-pxe/dpxe/web/view"
 )
 

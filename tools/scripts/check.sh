@@ -7,10 +7,10 @@ bad=$(gofmt -l $files 2>/dev/null || true)
 if [ -n "$bad" ]; then echo "gofmt would change: $bad" >&2; exit 1; fi
 go vet ./...
 if git ls-files '*.templ' | grep -q .; then
-  go tool templ generate -path templates >/dev/null
-  if ! git diff --quiet -- templates; then
-    echo "templ generated files are stale: run 'go tool templ generate -path templates' and commit" >&2
-    git diff --stat -- templates >&2
+  go tool templ generate -path web/templates >/dev/null
+  if ! git diff --quiet -- web/templates; then
+    echo "templ generated files are stale: run 'go tool templ generate -path web/templates' and commit" >&2
+    git diff --stat -- web/templates >&2
     exit 1
   fi
 fi

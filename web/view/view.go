@@ -1,6 +1,6 @@
 // Package view holds the view models of the web dashboard: plain structs
 // that the handlers in package web fill in and the templ components in
-// templates/ render. They carry display-ready values (formatted durations,
+// web/templates/ render. They carry display-ready values (formatted durations,
 // state letters) so templates need no logic beyond formatting.
 package view
 
