@@ -15,6 +15,7 @@ import (
 	"github.com/discord-pxe/dpxe/fleet/netboot"
 	"github.com/discord-pxe/dpxe/fleet/netboot/dhcp"
 	"github.com/discord-pxe/dpxe/fleet/netboot/inventory"
+	"github.com/discord-pxe/dpxe/fleet/netboot/stats"
 )
 
 // The netboot part of `dpxe serve`: DHCP (proxy or authoritative), TFTP and
@@ -131,8 +132,11 @@ func attachNetboot(ctx context.Context, app *fleetApp, log *slog.Logger) (func(c
 	if controllerURL == "" {
 		controllerURL = base
 	}
+	// The services' counters are exported on /metrics (docs/metrics.md#netboot).
+	counters := stats.New()
+	app.api.Metrics().SetNetboot(counters)
 	nb, err := netboot.New(ctx, netboot.Config{
-		Interface: f.iface, ServerIP: ip, DHCP: dcfg, TFTPAddr: f.tftp,
+		Interface: f.iface, ServerIP: ip, DHCP: dcfg, TFTPAddr: f.tftp, Stats: counters,
 		BaseURL: base, Controller: controllerURL, EnrollUntrusted: f.proxyEnroll, Refusals: app.refusals,
 		BootDir: f.bootDir, IPXEDir: f.ipxeDir, IPv6NoRouter: f.ipv6NoRouter, Log: log,
 	}, inv, inv)
