@@ -20,6 +20,7 @@ import (
 	"github.com/discord-pxe/dpxe/appliance"
 	"github.com/discord-pxe/dpxe/fleet/controller"
 	"github.com/discord-pxe/dpxe/fleet/metrics"
+	"github.com/discord-pxe/dpxe/fleet/netboot/stats"
 	"github.com/discord-pxe/dpxe/fleet/security"
 	"github.com/discord-pxe/dpxe/fleet/store"
 )
@@ -407,6 +408,7 @@ func TestShippedRules(t *testing.T) {
 		return &appliance.ShardStatus{State: appliance.ShardReady, PingMS: 10}
 	})
 	m.ObserveRequest(metrics.RouteCheckin, 200, time.Millisecond)
+	m.SetNetboot(stats.New()) // as with dpxe serve --interface
 	mfs, err := m.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)
