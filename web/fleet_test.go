@@ -49,7 +49,7 @@ type fleetOpts struct {
 	liveEvery      time.Duration
 	netboot        Netboot
 	// netbootFor, when set, makes the Netboot from the fleet's store and
-	// controller (for InventoryNetboot).
+	// controller (for fleetinv.Inventory).
 	netbootFor func(*store.Store, *controller.Controller) Netboot
 }
 

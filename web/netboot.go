@@ -2,8 +2,8 @@ package web
 
 import (
 	"context"
-	"errors"
-	"time"
+
+	"github.com/discord-pxe/dpxe/fleet/netboot/fleetinv"
 )
 
 // Netboot is what the dashboard asks of the netboot part of `dpxe serve`:
@@ -33,36 +33,20 @@ type Netboot interface {
 
 // ErrNoBootRecord is returned by Netboot.Boot for a node with no boot
 // record.
-var ErrNoBootRecord = errors.New("no netboot record for this node")
+var ErrNoBootRecord = fleetinv.ErrNoBootRecord
 
-// DiscoveredNode is a MAC that asked to boot.
-type DiscoveredNode struct {
-	MAC       string // 52-54-00-12-34-56
-	Firmware  string // bios, uefi, uefi-http, ipxe, unknown
-	IP        string
-	FirstSeen time.Time
-	LastSeen  time.Time
-}
+// The netboot facts the dashboard shows are fleetinv's, the one adapter
+// over the netboot tables that `dpxe serve` passes to web.New
+// (Config.Netboot), the API and the netboot services.
+type (
+	// DiscoveredNode is a MAC that asked to boot.
+	DiscoveredNode = fleetinv.DiscoveredNode
+	// BootSummary is a node's netboot facts for the nodes table.
+	BootSummary = fleetinv.BootSummary
+	// BootRecord is a node's DHCP lease and boot timeline.
+	BootRecord = fleetinv.BootRecord
+	// BootStep is one step of a boot timeline.
+	BootStep = fleetinv.BootStep
+)
 
-// BootSummary is a node's netboot facts for the nodes table.
-type BootSummary struct {
-	MAC, IP, Firmware string
-	LastStage         string // the latest timeline stage, e.g. "kernel_fetched"
-	LastStageFailed   bool
-}
-
-// BootRecord is a node's DHCP lease and boot timeline.
-type BootRecord struct {
-	BootSummary
-	LeaseIP  string    // "" without a DHCP lease from us (proxy mode, or expired)
-	LeaseEnd time.Time // when that lease ends
-	Steps    []BootStep
-}
-
-// BootStep is one step of a boot timeline.
-type BootStep struct {
-	At     time.Time
-	Stage  string
-	Detail string
-	Failed bool // the boot stopped here
-}
+var _ Netboot = (*fleetinv.Inventory)(nil)

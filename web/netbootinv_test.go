@@ -10,19 +10,20 @@ import (
 	"time"
 
 	"github.com/discord-pxe/dpxe/fleet/controller"
+	"github.com/discord-pxe/dpxe/fleet/netboot/fleetinv"
 	"github.com/discord-pxe/dpxe/fleet/netboot/inventory"
 	"github.com/discord-pxe/dpxe/fleet/store"
 )
 
 // TestInventoryNetboot runs the dashboard's netboot sections on the real
-// netboot inventory tables: sightings, a boot timeline and a DHCP lease
+// netboot inventory tables (fleetinv.Inventory, as `dpxe serve` passes it): sightings, a boot timeline and a DHCP lease
 // written through store.NetbootInventory, approval through the dashboard's form.
 func TestInventoryNetboot(t *testing.T) {
 	ctx := context.Background()
 	var inv *store.NetbootInventory
 	f := newTestFleet(t, fleetOpts{total: 16, maxConc: 1, netbootFor: func(st *store.Store, c *controller.Controller) Netboot {
 		inv = st.Netboot()
-		return &InventoryNetboot{Inv: inv, Ctrl: c}
+		return fleetinv.New(inv, c)
 	}})
 	mac, _ := inventory.ParseMAC("52-54-00-12-34-56")
 	other, _ := inventory.ParseMAC("52-54-00-99-99-99")

@@ -15,6 +15,7 @@ import (
 
 	"github.com/discord-pxe/dpxe/fleet/api"
 	"github.com/discord-pxe/dpxe/fleet/controller"
+	"github.com/discord-pxe/dpxe/fleet/netboot/fleetinv"
 	"github.com/discord-pxe/dpxe/fleet/security"
 	"github.com/discord-pxe/dpxe/fleet/store"
 )
@@ -215,6 +216,10 @@ type fleetApp struct {
 	// boot is the boot network's surface, set by the netboot part; nil
 	// without --interface.
 	boot *bootRoute
+	// netboot is the netboot inventory over the store and the controller,
+	// made with the fleet: the netboot part serves it, the dashboard is
+	// given it (web.Config.Netboot) whatever order the parts attach in.
+	netboot *fleetinv.Inventory
 }
 
 // handler is what the --listen server serves: the operator's mux, and the
@@ -284,7 +289,7 @@ func buildFleet(ctx context.Context, cfg serveConfig, log *slog.Logger) (*fleetA
 	srv.SetRefusals(refusals)
 	srv.Register(mux)
 	return &fleetApp{store: st, controller: ctrl, mux: mux, cfg: cfg, adminHash: hash, gateway: gw,
-		api: srv, refusals: refusals}, nil
+		api: srv, refusals: refusals, netboot: fleetinv.New(st.Netboot(), ctrl)}, nil
 }
 
 // attachParts attaches every registered part and returns their run functions.

@@ -33,8 +33,13 @@ type metricsConfig struct {
 	MetricsTokenFile string `json:"metrics_token_file"`
 	// ReadyPingBound is the readiness bound on a shard's last ping.
 	ReadyPingBound duration `json:"ready_ping_bound"`
-	// MetricsNodeSeries: the series labelled by node (nil: on).
+	// MetricsNodeSeries: the series labelled by node (nil: while the
+	// inventory has at most MetricsNodeSeriesLimit nodes; true: always;
+	// false: never).
 	MetricsNodeSeries *bool `json:"metrics_node_series"`
+	// MetricsNodeSeriesLimit is that node count (0:
+	// metrics.DefaultNodeSeriesLimit).
+	MetricsNodeSeriesLimit int `json:"metrics_node_series_limit"`
 	// RotateMetricsToken replaces the metrics token at start (flag only).
 	RotateMetricsToken bool `json:"-"`
 }
@@ -43,6 +48,7 @@ var metricsFlags struct {
 	listen, tokenFile string
 	bound             time.Duration
 	nodeSeries        bool
+	nodeSeriesLimit   int
 	rotate            bool
 }
 
@@ -53,7 +59,8 @@ func init() {
 			fs.StringVar(&metricsFlags.listen, "metrics-listen", "", "also serve /metrics, /healthz and /readyz here, without a token (e.g. 127.0.0.1:9464)")
 			fs.StringVar(&metricsFlags.tokenFile, "metrics-token-file", "", "where the first start writes the read-only metrics token (default: metrics.token beside --db; ./var/ for a postgres:// --db)")
 			fs.DurationVar(&metricsFlags.bound, "ready-ping-bound", metrics.DefaultPingBound, "a READY shard whose last ping is over this is not ready (GET /readyz)")
-			fs.BoolVar(&metricsFlags.nodeSeries, "metrics-node-series", true, "export the series labelled by node (most of a large fleet's scrape)")
+			fs.BoolVar(&metricsFlags.nodeSeries, "metrics-node-series", false, "export the series labelled by node, most of a large fleet's scrape: true always, false never (default: while the inventory has at most --metrics-node-series-limit nodes)")
+			fs.IntVar(&metricsFlags.nodeSeriesLimit, "metrics-node-series-limit", metrics.DefaultNodeSeriesLimit, "without --metrics-node-series, the node count up to which the series labelled by node are exported")
 			fs.BoolVar(&metricsFlags.rotate, "rotate-metrics-token", false, "write a new metrics token (the old one stops working)")
 		},
 		apply:  applyMetricsFlags,
@@ -79,6 +86,8 @@ func applyMetricsFlags(fs *flag.FlagSet, cfg *serveConfig) error {
 		case "metrics-node-series":
 			on := metricsFlags.nodeSeries
 			m.MetricsNodeSeries = &on
+		case "metrics-node-series-limit":
+			m.MetricsNodeSeriesLimit = metricsFlags.nodeSeriesLimit
 		}
 	})
 	m.RotateMetricsToken = metricsFlags.rotate
@@ -87,6 +96,9 @@ func applyMetricsFlags(fs *flag.FlagSet, cfg *serveConfig) error {
 	}
 	if b := time.Duration(m.ReadyPingBound); b <= 0 || b > maxPingBound {
 		return fmt.Errorf("%w: ready_ping_bound %v out of range 1ns..%v", errUsage, b, maxPingBound)
+	}
+	if m.MetricsNodeSeriesLimit < 0 {
+		return fmt.Errorf("%w: metrics_node_series_limit %d: want a node count, 0 for the default %d", errUsage, m.MetricsNodeSeriesLimit, metrics.DefaultNodeSeriesLimit)
 	}
 	if m.MetricsListen != "" {
 		if _, _, err := net.SplitHostPort(m.MetricsListen); err != nil {
@@ -110,7 +122,14 @@ func attachMetrics(ctx context.Context, app *fleetApp, log *slog.Logger) (func(c
 	}
 	app.api.SetMetricsToken(hash)
 	app.api.SetPingBound(time.Duration(m.ReadyPingBound))
-	app.api.Metrics().SetNodeSeries(m.MetricsNodeSeries == nil || *m.MetricsNodeSeries)
+	mode := metrics.NodeSeriesAuto
+	if m.MetricsNodeSeries != nil {
+		mode = metrics.NodeSeriesOff
+		if *m.MetricsNodeSeries {
+			mode = metrics.NodeSeriesOn
+		}
+	}
+	app.api.Metrics().SetNodeSeries(mode, m.MetricsNodeSeriesLimit)
 	if m.MetricsListen == "" {
 		return nil, nil
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -13,18 +12,16 @@ import (
 	"strings"
 	"time"
 
-	"github.com/discord-pxe/dpxe/fleet/api"
-	"github.com/discord-pxe/dpxe/fleet/controller"
 	"github.com/discord-pxe/dpxe/fleet/netboot"
 	"github.com/discord-pxe/dpxe/fleet/netboot/dhcp"
 	"github.com/discord-pxe/dpxe/fleet/netboot/inventory"
-	"github.com/discord-pxe/dpxe/fleet/store"
-	"github.com/discord-pxe/dpxe/web"
+	"github.com/discord-pxe/dpxe/fleet/netboot/stats"
 )
 
 // The netboot part of `dpxe serve`: DHCP (proxy or authoritative), TFTP and
 // HTTP boot on --interface, plus the operator endpoints that approve
-// discovered machines. Without --interface only the endpoints run.
+// discovered machines (fleet/api's RegisterNetboot). Without --interface
+// only the endpoints run.
 
 // netbootFlags are the netboot flags of `dpxe serve`.
 var netbootFlags struct {
@@ -41,11 +38,6 @@ var netbootFlags struct {
 	tftp         string
 	proxyEnroll  bool
 }
-
-// enrollTTL is how long an enrollment credential waits for the node's
-// first check-in: the kernel download, the boot and the kernel's own DHCP
-// take seconds (a minute under QEMU's TCG).
-const enrollTTL = 5 * time.Minute
 
 // multiFlag collects a repeatable flag.
 type multiFlag []string
@@ -77,30 +69,6 @@ func init() {
 	})
 }
 
-// fleetInventory is the netboot inventory as `dpxe serve` runs it: the
-// store's netboot tables, with enrollment through the controller. Node secrets
-// are never stored in clear, and a script fetch never revokes a running
-// node's credential: Enroll asks the controller for an enrollment
-// credential good only for the node's first check-in from the script's
-// address (controller.Enroll), and a node that is live gets none.
-type fleetInventory struct {
-	*store.NetbootInventory
-	ctrl *controller.Controller
-}
-
-// Enroll implements inventory.Inventory.
-func (f *fleetInventory) Enroll(ctx context.Context, n inventory.Node, to netip.Addr) (string, error) {
-	cred, err := f.ctrl.Enroll(ctx, n.ID, to.String(), enrollTTL)
-	var live *controller.LiveError
-	if errors.As(err, &live) {
-		return "", &inventory.LiveError{NodeID: n.ID, RetryAfter: time.Until(live.Until)}
-	}
-	if err != nil {
-		return "", fmt.Errorf("enrolling %s: %w", n.ID, err)
-	}
-	return cred, nil
-}
-
 // bootRoute is the boot network's HTTP surface: only what nodes use
 // (/boot/, check-in, Identify, /healthz), served to connections made to
 // the boot address, never the operator's routes.
@@ -127,14 +95,13 @@ func (b *bootRoute) dispatch(op http.Handler) http.Handler {
 // attachNetboot mounts the operator endpoints and, with --interface, starts
 // the DHCP, TFTP and HTTP boot services.
 func attachNetboot(ctx context.Context, app *fleetApp, log *slog.Logger) (func(context.Context) error, error) {
-	inv := &fleetInventory{NetbootInventory: app.store.Netboot(), ctrl: app.controller}
-	// One approval mechanism for the dashboard and the API: it creates the
-	// node at the controller and stores no secret with the MAC.
-	approver := &web.InventoryNetboot{Inv: inv.NetbootInventory, Ctrl: app.controller}
-	registerNetbootAPI(app, inv, approver, log)
-	dashboardNetboot = approver
+	// One inventory (app.netboot, made with the fleet) for the services,
+	// the API and the dashboard: approval creates the node at the
+	// controller and stores no secret with the MAC.
+	inv := app.netboot
+	app.api.RegisterNetboot(app.mux, inv)
 	app.controller.OnNodeLive(func(nodeID, addr string) {
-		go recordCheckin(inv.NetbootInventory, nodeID, addr, log)
+		go inv.RecordCheckin(nodeID, addr, log)
 	})
 	f := &netbootFlags
 	if f.iface == "" {
@@ -165,11 +132,14 @@ func attachNetboot(ctx context.Context, app *fleetApp, log *slog.Logger) (func(c
 	if controllerURL == "" {
 		controllerURL = base
 	}
+	// The services' counters are exported on /metrics (docs/metrics.md#netboot).
+	counters := stats.New()
+	app.api.Metrics().SetNetboot(counters)
 	nb, err := netboot.New(ctx, netboot.Config{
-		Interface: f.iface, ServerIP: ip, DHCP: dcfg, TFTPAddr: f.tftp,
+		Interface: f.iface, ServerIP: ip, DHCP: dcfg, TFTPAddr: f.tftp, Stats: counters,
 		BaseURL: base, Controller: controllerURL, EnrollUntrusted: f.proxyEnroll, Refusals: app.refusals,
 		BootDir: f.bootDir, IPXEDir: f.ipxeDir, IPv6NoRouter: f.ipv6NoRouter, Log: log,
-	}, inv, inv.NetbootInventory)
+	}, inv, inv)
 	if err != nil {
 		return nil, err
 	}
@@ -326,120 +296,4 @@ func listenCovers(listen string, ip netip.Addr) bool {
 		return false
 	}
 	return host == "" || host == "0.0.0.0" || host == "::"
-}
-
-// recordCheckin adds the "first check-in" step to the machine's boot
-// timeline when a node the netboot inventory knows becomes live.
-func recordCheckin(inv *store.NetbootInventory, nodeID, addr string, log *slog.Logger) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	recs, err := inv.Nodes(ctx)
-	if err != nil {
-		log.Warn("boot timeline: listing the inventory", "err", err)
-		return
-	}
-	for _, r := range recs {
-		if r.ID == nodeID && r.State == inventory.Approved {
-			if err := inv.Record(ctx, inventory.Event{MAC: r.MAC, Stage: inventory.StageCheckin, Detail: "from " + addr, At: time.Now()}); err != nil {
-				log.Warn("boot timeline: recording the check-in", "node", nodeID, "err", err)
-			}
-		}
-	}
-}
-
-// netbootMachine is one MAC in the operator API (no credential, ever).
-type netbootMachine struct {
-	MAC       string    `json:"mac"`
-	State     string    `json:"state"`
-	NodeID    string    `json:"node_id,omitempty"`
-	Firmware  string    `json:"firmware,omitempty"`
-	IP        string    `json:"ip,omitempty"`
-	FirstSeen time.Time `json:"first_seen"`
-	LastSeen  time.Time `json:"last_seen"`
-}
-
-// registerNetbootAPI mounts the operator endpoints of the netboot inventory:
-//
-//	GET  /v1/netboot/machines                    every MAC seen or approved
-//	POST /v1/netboot/machines/{mac}/approve      {"node_id": NAME}
-//	POST /v1/netboot/machines/{mac}/retire
-//	GET  /v1/netboot/machines/{mac}/timeline     the boot timeline
-func registerNetbootAPI(app *fleetApp, inv *fleetInventory, approver *web.InventoryNetboot, log *slog.Logger) {
-	admin := func(h http.HandlerFunc) http.HandlerFunc { return api.AdminOnly(app.adminHash, app.refusals, h) }
-	machine := func(w http.ResponseWriter, r *http.Request) (net.HardwareAddr, bool) {
-		hw, err := inventory.ParseMAC(r.PathValue("mac"))
-		if err != nil {
-			api.WriteError(w, http.StatusBadRequest, "mac", err.Error())
-			return nil, false
-		}
-		return hw, true
-	}
-	app.mux.HandleFunc("GET /v1/netboot/machines", admin(func(w http.ResponseWriter, r *http.Request) {
-		recs, err := inv.Nodes(r.Context())
-		if err != nil {
-			api.WriteError(w, http.StatusInternalServerError, "", err.Error())
-			return
-		}
-		out := make([]netbootMachine, 0, len(recs))
-		for _, rec := range recs {
-			out = append(out, netbootMachine{MAC: inventory.MACKey(rec.MAC), State: string(rec.State), NodeID: rec.ID,
-				Firmware: string(rec.Firmware), IP: rec.IP, FirstSeen: rec.FirstSeen, LastSeen: rec.LastSeen})
-		}
-		api.WriteJSON(w, http.StatusOK, map[string]any{"machines": out})
-	}))
-	app.mux.HandleFunc("POST /v1/netboot/machines/{mac}/approve", admin(func(w http.ResponseWriter, r *http.Request) {
-		hw, ok := machine(w, r)
-		if !ok {
-			return
-		}
-		var body struct {
-			NodeID string `json:"node_id"`
-		}
-		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&body); err != nil {
-			api.WriteError(w, http.StatusBadRequest, "", "body must be {\"node_id\": NAME}: "+err.Error())
-			return
-		}
-		if err := approver.Approve(r.Context(), inventory.MACKey(hw), body.NodeID); err != nil {
-			api.WriteError(w, http.StatusBadRequest, "node_id", err.Error())
-			return
-		}
-		api.WriteJSON(w, http.StatusOK, map[string]string{"mac": inventory.MACKey(hw), "node_id": body.NodeID, "state": string(inventory.Approved)})
-	}))
-	app.mux.HandleFunc("POST /v1/netboot/machines/{mac}/retire", admin(func(w http.ResponseWriter, r *http.Request) {
-		hw, ok := machine(w, r)
-		if !ok {
-			return
-		}
-		if err := inv.Retire(r.Context(), hw); errors.Is(err, inventory.ErrUnknownMAC) {
-			api.WriteError(w, http.StatusNotFound, "mac", "never seen")
-			return
-		} else if err != nil {
-			api.WriteError(w, http.StatusInternalServerError, "", err.Error())
-			return
-		}
-		api.WriteJSON(w, http.StatusOK, map[string]string{"mac": inventory.MACKey(hw), "state": string(inventory.Retired)})
-	}))
-	app.mux.HandleFunc("GET /v1/netboot/machines/{mac}/timeline", admin(func(w http.ResponseWriter, r *http.Request) {
-		hw, ok := machine(w, r)
-		if !ok {
-			return
-		}
-		evs, err := inv.Timeline(r.Context(), hw)
-		if err != nil {
-			api.WriteError(w, http.StatusInternalServerError, "", err.Error())
-			return
-		}
-		type step struct {
-			Stage  string    `json:"stage"`
-			Detail string    `json:"detail,omitempty"`
-			At     time.Time `json:"at"`
-		}
-		out := make([]step, 0, len(evs))
-		for _, e := range evs {
-			out = append(out, step{Stage: string(e.Stage), Detail: e.Detail, At: e.At})
-		}
-		api.WriteJSON(w, http.StatusOK, map[string]any{"mac": inventory.MACKey(hw), "timeline": out})
-	}))
 }

@@ -43,7 +43,7 @@ type serveProc struct {
 	done  chan error
 }
 
-var listenRE = regexp.MustCompile(`msg=listening addr=(127\.0\.0\.1:\d+)`)
+var listenRE = regexp.MustCompile(`msg=listening addr=(127\.0\.0\.\d+:\d+)`)
 
 func startServe(t *testing.T, bin string, args ...string) *serveProc {
 	t.Helper()

@@ -15,11 +15,6 @@ var webFlags struct {
 	liveEvery time.Duration
 }
 
-// dashboardNetboot is set by the netboot part when it attaches before the
-// dashboard; nil leaves the dashboard's netboot sections in their "not
-// enabled" state.
-var dashboardNetboot web.Netboot
-
 func init() {
 	registerServePart(servePart{
 		name: "web",
@@ -42,7 +37,7 @@ func attachWeb(ctx context.Context, app *fleetApp, log *slog.Logger) (func(conte
 		return nil, nil
 	}
 	s := web.New(web.Config{Controller: app.controller, Store: app.store, AdminHash: app.adminHash,
-		Netboot: dashboardNetboot, Log: log, Refusals: app.refusals, LiveEvery: webFlags.liveEvery})
+		Netboot: app.netboot, Log: log, Refusals: app.refusals, LiveEvery: webFlags.liveEvery})
 	s.Register(app.mux)
 	context.AfterFunc(ctx, s.CloseStreams)
 	log.Info("dashboard at / (log in with the admin token or the dashboard password)")

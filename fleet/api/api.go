@@ -299,19 +299,6 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	return body, true
 }
 
-// decodeStrict decodes exactly one JSON object with no unknown fields.
-func decodeStrict(body []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return errors.New("data after the JSON object")
-	}
-	return nil
-}
-
 // badRequest answers a decoding or validation error, naming the field.
 func badRequest(w http.ResponseWriter, err error) {
 	var fe *appliance.FieldError
@@ -465,8 +452,8 @@ func (s *Server) addNode(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req AddNodeRequest
-	if err := decodeStrict(body, &req); err != nil {
-		writeError(w, http.StatusBadRequest, "", "body: "+err.Error())
+	if err := appliance.DecodeStrict(body, &req); err != nil {
+		badRequest(w, err)
 		return
 	}
 	if err := appliance.ValidateNodeID(req.NodeID); err != nil {
@@ -673,8 +660,8 @@ func (s *Server) setBudget(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req SetBudgetRequest
-	if err := decodeStrict(body, &req); err != nil {
-		writeError(w, http.StatusBadRequest, "", "body: "+err.Error())
+	if err := appliance.DecodeStrict(body, &req); err != nil {
+		badRequest(w, err)
 		return
 	}
 	if err := s.c.SetBudget(r.Context(), req.Total, req.Remaining, time.Duration(req.ResetAfterMS)*time.Millisecond); err != nil {

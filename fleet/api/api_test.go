@@ -15,6 +15,7 @@ import (
 
 	"github.com/discord-pxe/dpxe/appliance"
 	"github.com/discord-pxe/dpxe/fleet/controller"
+	"github.com/discord-pxe/dpxe/fleet/netboot/fleetinv"
 	"github.com/discord-pxe/dpxe/fleet/store"
 )
 
@@ -58,7 +59,9 @@ func newTestServer(t *testing.T, cfg controller.Config) *testServer {
 	hash, _, _ = LoadOrCreateAdminToken(ctx, st, tokFile, true)
 	tok, _ := os.ReadFile(tokFile)
 	mux := http.NewServeMux()
-	New(ctrl, hash, nil).Register(mux)
+	api := New(ctrl, hash, nil)
+	api.Register(mux)
+	api.RegisterNetboot(mux, fleetinv.New(st.Netboot(), ctrl))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(func() { srv.Close(); st.Close() })
 	return &testServer{t: t, url: srv.URL, admin: strings.TrimSpace(string(tok)), ctrl: ctrl, st: st}

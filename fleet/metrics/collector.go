@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/discord-pxe/dpxe/appliance"
+	"github.com/discord-pxe/dpxe/fleet/netboot/stats"
 	"github.com/discord-pxe/dpxe/fleet/security"
 )
 
@@ -39,6 +40,12 @@ var (
 	descNodeMisses   = desc("node_heartbeat_misses", "Sum of the heartbeat misses the node's shards report (each since the shard started there; falls when shards leave).", "node")
 	descNodeReconn   = desc("node_reconnects", "Sum of the reconnects the node's shards report (each since the shard started there; falls when shards leave).", "node")
 	descNodePing     = desc("node_shard_ping_seconds", "Last heartbeat-to-ACK latency of the node's held shards that have one.", "node")
+	descNBRequests   = desc("netboot_requests_total", "Requests to the netboot services (dhcp: parsed datagrams; tftp: read and write requests, a retransmission once; http: /boot/ requests).", "service")
+	descNBAnswers    = desc("netboot_answers_total", "Requests the netboot services answered: DHCP replies sent, TFTP transfers completed (and size probes), HTTP responses below 400 sent whole.", "service")
+	descNBRefusals   = desc("netboot_refusals_total", "Requests the netboot services refused or left unanswered, by reason (docs/metrics.md#netboot lists each service's reasons).", "service", "reason")
+	descNBErrors     = desc("netboot_errors_total", "Answers that failed on the way: a DHCP reply not sent, a TFTP transfer or an HTTP body that ended early.", "service")
+	descNBBytes      = desc("netboot_served_bytes_total", "Bytes the netboot services sent: DHCP replies, TFTP file data, HTTP response bodies.", "service")
+	descNodeSeries   = desc("metrics_node_series", "1 when this scrape has the series labelled by node (--metrics-node-series; by default only while the inventory has at most --metrics-node-series-limit nodes).")
 )
 
 // fleetCollector exports the controller's state as it is at scrape time.
@@ -48,7 +55,8 @@ func (f *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descNodes, descShards, descCloseCode, descGeneration, descTotalShards,
 		descRebalancing, descMaxConc, descBudgetTotal, descBudgetLeft, descBudgetRes, descBudgetReset, descReady,
 		descUnready, descPingBound, descShardPing, descNodeUp, descNodeDraining, descNodeCap, descNodeShards,
-		descNodeLease, descNodeMisses, descNodeReconn, descNodePing, descRefusals} {
+		descNodeLease, descNodeMisses, descNodeReconn, descNodePing, descRefusals, descNodeSeries,
+		descNBRequests, descNBAnswers, descNBRefusals, descNBErrors, descNBBytes} {
 		ch <- d
 	}
 }
@@ -163,6 +171,7 @@ func (f *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- gauge(descCloseCode, otherCode, "other")
 
 	var live, draining, down float64
+	perNode := f.m.opts.nodeSeries(len(fs.Nodes))
 	for i := range fs.Nodes {
 		n := &fs.Nodes[i]
 		switch {
@@ -173,7 +182,7 @@ func (f *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 		default:
 			down++
 		}
-		if f.m.opts.NoNodeSeries {
+		if !perNode {
 			continue
 		}
 		ch <- gauge(descNodeUp, boolf(n.Live), n.ID)
@@ -195,6 +204,7 @@ func (f *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- gauge(descNodes, draining, "draining")
 	ch <- gauge(descNodes, down, "down")
 	ch <- fleetPing.metric(descShardPing)
+	ch <- gauge(descNodeSeries, boolf(perNode))
 
 	ch <- gauge(descGeneration, float64(fs.Generation))
 	ch <- gauge(descTotalShards, float64(fs.TotalShards))
@@ -213,6 +223,21 @@ func (f *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 		counts := f.m.opts.Refusals.Counts()
 		for _, r := range security.Reasons {
 			ch <- prometheus.MustNewConstMetric(descRefusals, prometheus.CounterValue, float64(counts[r]), string(r))
+		}
+	}
+	if nb := f.m.netboot.Load(); nb != nil {
+		counter := func(d *prometheus.Desc, v uint64, labels ...string) prometheus.Metric {
+			return prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+		}
+		for _, sc := range nb.Snapshot() {
+			svc := sc.Service.String()
+			ch <- counter(descNBRequests, sc.Requests, svc)
+			ch <- counter(descNBAnswers, sc.Answers, svc)
+			ch <- counter(descNBErrors, sc.Errors, svc)
+			ch <- counter(descNBBytes, sc.Bytes, svc)
+			for i, r := range stats.Reasons[sc.Service] {
+				ch <- counter(descNBRefusals, sc.Refusals[i], svc, r)
+			}
 		}
 	}
 }

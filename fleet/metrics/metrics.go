@@ -12,6 +12,7 @@ package metrics
 import (
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/discord-pxe/dpxe/appliance"
 	"github.com/discord-pxe/dpxe/fleet/controller"
+	"github.com/discord-pxe/dpxe/fleet/netboot/stats"
 	"github.com/discord-pxe/dpxe/fleet/security"
 )
 
@@ -70,11 +72,44 @@ type Options struct {
 	PingBound time.Duration
 	// Refusals, when set, is exported as dpxe_refusals_total.
 	Refusals *security.Log
-	// NoNodeSeries leaves out the series labelled by node (dpxe_node_*),
-	// which are most of a large fleet's series and scrape time
-	// (docs/metrics.md has the figures); the fleet-wide ones remain.
-	NoNodeSeries bool
+	// NodeSeries says when the series labelled by node (dpxe_node_*) are
+	// exported: they are most of a large fleet's series and scrape time
+	// (docs/metrics.md has the figures); the fleet-wide ones always are.
+	// The zero value, NodeSeriesAuto, exports them while the inventory has
+	// at most NodeSeriesLimit nodes.
+	NodeSeries NodeSeriesMode
+	// NodeSeriesLimit is NodeSeriesAuto's node count
+	// (DefaultNodeSeriesLimit when zero or negative).
+	NodeSeriesLimit int
 }
+
+// NodeSeriesMode says when the series labelled by node are exported.
+type NodeSeriesMode int
+
+const (
+	// NodeSeriesAuto exports them while the inventory has at most
+	// Options.NodeSeriesLimit nodes, so a scrape stays bounded (at most
+	// SeriesPerNode × the limit node series) however large the fleet.
+	NodeSeriesAuto NodeSeriesMode = iota
+	// NodeSeriesOn always exports them (SeriesPerNode a node).
+	NodeSeriesOn
+	// NodeSeriesOff never does.
+	NodeSeriesOff
+)
+
+// DefaultNodeSeriesLimit is the node count up to which NodeSeriesAuto
+// exports the node series: 400 nodes are at most 8,400 node series, which
+// keeps a scrape at 10,000 nodes and 131,072 shards (the node series then
+// off) and one at 400 nodes (on) under 50 ms on the shared 2-core build
+// machine (docs/metrics.md#cost).
+const DefaultNodeSeriesLimit = 400
+
+// SeriesPerNode is the most series one node adds: up, draining, capacity,
+// heartbeat misses and reconnects for every inventory node; for a live
+// one also its three shard counts, its lease and its ping histogram (nine
+// buckets, +Inf, sum and count): 5 + 3 + 1 + 12. TestSeriesBounded
+// checks it against a scrape.
+const SeriesPerNode = 21
 
 // Metrics is the controller's instrumentation: a registry with the fleet
 // collector, the Go runtime and process collectors, and the counters fed
@@ -88,6 +123,8 @@ type Metrics struct {
 	refused    *prometheus.CounterVec
 	commits    prometheus.Histogram
 	commitErrs prometheus.Counter
+	// netboot is the netboot services' counters, when they run.
+	netboot atomic.Pointer[stats.Counters]
 }
 
 // New returns the instrumentation of c and hooks the store commit latency
@@ -190,6 +227,29 @@ func (m *Metrics) SetPingBound(d time.Duration) {
 	m.opts.PingBound = d
 }
 
-// SetNodeSeries turns the series labelled by node on or off
-// (Options.NoNodeSeries). Call it before serving.
-func (m *Metrics) SetNodeSeries(on bool) { m.opts.NoNodeSeries = !on }
+// SetNetboot exports the netboot services' counters c as the
+// dpxe_netboot_* metrics (nil for none, the default: netboot is off).
+func (m *Metrics) SetNetboot(c *stats.Counters) { m.netboot.Store(c) }
+
+// SetNodeSeries says when the series labelled by node are exported, and
+// NodeSeriesAuto's node count (DefaultNodeSeriesLimit when limit is not
+// positive). Call it before serving.
+func (m *Metrics) SetNodeSeries(mode NodeSeriesMode, limit int) {
+	m.opts.NodeSeries, m.opts.NodeSeriesLimit = mode, limit
+}
+
+// nodeSeries reports whether a scrape of a fleet of nodes inventory nodes
+// exports the node series.
+func (o *Options) nodeSeries(nodes int) bool {
+	switch o.NodeSeries {
+	case NodeSeriesOn:
+		return true
+	case NodeSeriesOff:
+		return false
+	}
+	limit := o.NodeSeriesLimit
+	if limit <= 0 {
+		limit = DefaultNodeSeriesLimit
+	}
+	return nodes <= limit
+}

@@ -20,6 +20,7 @@ import (
 	"github.com/discord-pxe/dpxe/appliance"
 	"github.com/discord-pxe/dpxe/fleet/controller"
 	"github.com/discord-pxe/dpxe/fleet/metrics"
+	"github.com/discord-pxe/dpxe/fleet/netboot/stats"
 	"github.com/discord-pxe/dpxe/fleet/security"
 	"github.com/discord-pxe/dpxe/fleet/store"
 )
@@ -314,6 +315,56 @@ func TestSeriesBounded(t *testing.T) {
 	}
 }
 
+// TestNodeSeriesLimit: by default (NodeSeriesAuto) the series labelled
+// by node are exported while the inventory has at most the limit of
+// nodes, SeriesPerNode for a live node, and none above the limit, so a
+// scrape has at most the fleet-wide series plus SeriesPerNode × the limit
+// whatever the fleet's size; dpxe_metrics_node_series says which. On and
+// Off override the limit.
+func TestNodeSeriesLimit(t *testing.T) {
+	f := newFleet(t, controller.Config{TotalShards: 16})
+	ids := []string{"a", "b", "c"}
+	addNodes(t, f.c, ids...)
+	const limit = 3
+	m := metrics.New(f.c, metrics.Options{NodeSeriesLimit: limit})
+	f.settle(t, ids, 8, func(node string, s uint32) *appliance.ShardStatus {
+		return &appliance.ShardStatus{State: appliance.ShardReady, PingMS: float64(s + 1)}
+	})
+	count := func(mode metrics.NodeSeriesMode) (all, node int, text string) {
+		t.Helper()
+		m.SetNodeSeries(mode, limit)
+		text = string(scrape(t, m))
+		for _, line := range strings.Split(text, "\n") {
+			if strings.HasPrefix(line, "dpxe_") {
+				all++
+				if strings.Contains(line, `node="`) {
+					node++
+				}
+			}
+		}
+		return all, node, text
+	}
+	base, node, text := count(metrics.NodeSeriesOff)
+	if node != 0 || !strings.Contains(text, "dpxe_metrics_node_series 0\n") {
+		t.Fatalf("off: %d node series", node)
+	}
+	all, node, text := count(metrics.NodeSeriesAuto)
+	if node != limit*metrics.SeriesPerNode || all != base+node || !strings.Contains(text, "dpxe_metrics_node_series 1\n") {
+		t.Fatalf("auto at %d nodes (the limit): %d node series of %d, want %d of %d", limit, node, all, limit*metrics.SeriesPerNode, base+limit*metrics.SeriesPerNode)
+	}
+	addNodes(t, f.c, "d") // one over the limit (not live: 5 series when on)
+	all, node, text = count(metrics.NodeSeriesAuto)
+	if node != 0 || all != base || !strings.Contains(text, "dpxe_metrics_node_series 0\n") {
+		t.Fatalf("auto at %d nodes: %d node series of %d, want none of %d", limit+1, node, all, base)
+	}
+	if bound := base + limit*metrics.SeriesPerNode; all > bound {
+		t.Fatalf("%d series over the bound %d", all, bound)
+	}
+	if _, node, _ = count(metrics.NodeSeriesOn); node != limit*metrics.SeriesPerNode+5 {
+		t.Fatalf("on at %d nodes: %d node series, want %d", limit+1, node, limit*metrics.SeriesPerNode+5)
+	}
+}
+
 // promtool runs promtool with args and stdin, failing the test on a
 // non-zero exit. Without promtool the test is skipped.
 func promtool(t *testing.T, stdin *bytes.Reader, args ...string) {
@@ -357,6 +408,7 @@ func TestShippedRules(t *testing.T) {
 		return &appliance.ShardStatus{State: appliance.ShardReady, PingMS: 10}
 	})
 	m.ObserveRequest(metrics.RouteCheckin, 200, time.Millisecond)
+	m.SetNetboot(stats.New()) // as with dpxe serve --interface
 	mfs, err := m.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -388,16 +440,38 @@ func TestShippedRules(t *testing.T) {
 
 // BenchmarkScrape measures one scrape (gather and text encoding) at the
 // scale of issue 21: 10,000 live nodes checked in to a real controller,
-// 131,072 shards, every shard READY with a ping; with and without the node
-// series, and controller.FleetStats alone (the part under the
+// 131,072 shards, every shard READY with a ping; and at
+// DefaultNodeSeriesLimit nodes, the largest fleet that has the node
+// series by default. Each in the three node series modes (auto is the
+// default), and controller.FleetStats alone (the part under the
 // controller's lock). It reports the series and bytes of a scrape. Run it
 // with make bench (DPXE_BENCH=1).
 func BenchmarkScrape(b *testing.B) {
 	if os.Getenv("DPXE_BENCH") == "" {
 		b.Skip("set DPXE_BENCH=1 (make bench)")
 	}
-	const nodes = 10000
-	f := newFleet(b, controller.Config{TotalShards: appliance.MaxTotalShards, RebalanceEvery: 10 * time.Minute, Lease: time.Hour})
+	// The scale of the issue (the node series over the limit, so off by
+	// default), and a fleet of exactly DefaultNodeSeriesLimit nodes (on by
+	// default) with as many shards as they can hold.
+	for _, sc := range []struct {
+		nodes    int
+		total    uint32
+		capacity int
+	}{
+		{10000, appliance.MaxTotalShards, 14},
+		{metrics.DefaultNodeSeriesLimit, metrics.DefaultNodeSeriesLimit * appliance.MaxShardsPerNode, appliance.MaxShardsPerNode},
+	} {
+		b.Run(fmt.Sprintf("nodes=%d/shards=%d", sc.nodes, sc.total), func(b *testing.B) {
+			benchScrape(b, sc.nodes, sc.total, sc.capacity)
+		})
+	}
+}
+
+// benchScrape checks nodes in until every one of total shards is READY
+// with a ping, then measures FleetStats and one scrape in each node
+// series mode.
+func benchScrape(b *testing.B, nodes int, total uint32, capacity int) {
+	f := newFleet(b, controller.Config{TotalShards: total, RebalanceEvery: 10 * time.Minute, Lease: time.Hour})
 	ids := make([]string, nodes)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("node-%05d", i)
@@ -421,7 +495,7 @@ func BenchmarkScrape(b *testing.B) {
 					mu.Lock()
 					r := run[id]
 					mu.Unlock()
-					r = f.checkinLocked(b, &mu, id, 14, status, r)
+					r = f.checkinLocked(b, &mu, id, capacity, status, r)
 					mu.Lock()
 					run[id] = r
 					mu.Unlock()
@@ -449,9 +523,12 @@ func BenchmarkScrape(b *testing.B) {
 			f.c.FleetStats()
 		}
 	})
-	for _, perNode := range []bool{true, false} {
-		b.Run(fmt.Sprintf("node-series=%v", perNode), func(b *testing.B) {
-			m.SetNodeSeries(perNode)
+	for _, mode := range []struct {
+		name string
+		mode metrics.NodeSeriesMode
+	}{{"auto", metrics.NodeSeriesAuto}, {"off", metrics.NodeSeriesOff}, {"on", metrics.NodeSeriesOn}} {
+		b.Run("node-series="+mode.name, func(b *testing.B) {
+			m.SetNodeSeries(mode.mode, 0)
 			var out []byte
 			for b.Loop() {
 				out = scrape(b, m)

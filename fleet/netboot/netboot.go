@@ -24,6 +24,7 @@ import (
 	"github.com/discord-pxe/dpxe/fleet/netboot/httpboot"
 	"github.com/discord-pxe/dpxe/fleet/netboot/inventory"
 	"github.com/discord-pxe/dpxe/fleet/netboot/ndp"
+	"github.com/discord-pxe/dpxe/fleet/netboot/stats"
 	"github.com/discord-pxe/dpxe/fleet/netboot/tftp"
 	"github.com/discord-pxe/dpxe/fleet/security"
 )
@@ -86,7 +87,10 @@ type Config struct {
 	// Refusals counts and logs refused requests, rate-limited; nil makes
 	// one over Log.
 	Refusals *security.Log
-	Log      *slog.Logger
+	// Stats, when set, counts each service's requests, answers, refusals
+	// and bytes served (package stats); fleet/metrics exports them.
+	Stats *stats.Counters
+	Log   *slog.Logger
 }
 
 // DefaultEnrollWindow is Config.EnrollWindow's default: iPXE fetches its
@@ -172,6 +176,9 @@ func New(ctx context.Context, cfg Config, inv inventory.Inventory, leases invent
 		if dc.Refusals == nil {
 			dc.Refusals = cfg.Refusals
 		}
+		if dc.Stats == nil {
+			dc.Stats = cfg.Stats
+		}
 		if dc.Approved == nil && inv != nil {
 			dc.Approved = approvedBy(inv, cfg.Log)
 		}
@@ -182,7 +189,7 @@ func New(ctx context.Context, cfg Config, inv inventory.Inventory, leases invent
 	}
 	s.http, err = httpboot.New(httpboot.Config{
 		BaseURL: cfg.BaseURL, Controller: cfg.Controller, Roots: roots, Retry: cfg.ScriptRetry,
-		EnrollOff: off, Refusals: cfg.Refusals,
+		EnrollOff: off, Refusals: cfg.Refusals, Stats: cfg.Stats,
 	}, inv, s.track, cfg.Log)
 	if err != nil {
 		roots.Close()
@@ -256,7 +263,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("netboot: TFTP: %w", err)
 		}
-		ts := &tftp.Server{Roots: s.roots, Limits: s.cfg.TFTPLimits, OnTransfer: s.track.transfer, Log: s.log}
+		ts := &tftp.Server{Roots: s.roots, Limits: s.cfg.TFTPLimits, OnTransfer: s.track.transfer, Log: s.log, Stats: s.cfg.Stats}
 		svcs = append(svcs, service{"tftp", func(ctx context.Context) error { return ts.Serve(ctx, conn) }})
 	}
 	if s.cfg.HTTPAddr != "" {

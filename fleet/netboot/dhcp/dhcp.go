@@ -22,6 +22,7 @@ import (
 	"github.com/insomniacslk/dhcp/iana"
 
 	"github.com/discord-pxe/dpxe/fleet/netboot/inventory"
+	"github.com/discord-pxe/dpxe/fleet/netboot/stats"
 	"github.com/discord-pxe/dpxe/fleet/security"
 )
 
@@ -136,6 +137,9 @@ type Config struct {
 	// (security.DHCPUnapproved) and logs them, rate-limited; nil makes
 	// one over the handler's logger.
 	Refusals *security.Log
+	// Stats, when set, counts requests, replies and requests left
+	// unanswered, by reason (Serve).
+	Stats *stats.Counters
 }
 
 // Observer receives what the handler learns, for the boot timeline and for
@@ -333,17 +337,32 @@ func stdIPs(as []netip.Addr) []net.IP {
 // Reply decides the answer to m, received on port (ServerPort or
 // PXEServerPort). It returns nil when the server must stay silent.
 func (h *Handler) Reply(ctx context.Context, m *dhcpv4.DHCPv4, port int) *dhcpv4.DHCPv4 {
+	r, _ := h.reply(ctx, m, port)
+	return r
+}
+
+// reply is Reply with, when it stays silent, the reason (a stats reason).
+func (h *Handler) reply(ctx context.Context, m *dhcpv4.DHCPv4, port int) (*dhcpv4.DHCPv4, string) {
 	if !valid(m) {
-		return nil
+		return nil, stats.Invalid
 	}
 	c := h.classify(m)
-	if port == PXEServerPort {
-		return h.replyPXE(ctx, m, c)
+	var r *dhcpv4.DHCPv4
+	switch {
+	case port == PXEServerPort:
+		r = h.replyPXE(ctx, m, c)
+	case h.cfg.Mode == Proxy:
+		r = h.replyProxy(ctx, m, c)
+	default:
+		var noAddress bool
+		if r, noAddress = h.replyAuthoritative(ctx, m, c); noAddress {
+			return nil, stats.NoAddress
+		}
 	}
-	if h.cfg.Mode == Proxy {
-		return h.replyProxy(ctx, m, c)
+	if r == nil {
+		return nil, stats.Unanswered
 	}
-	return h.replyAuthoritative(ctx, m, c)
+	return r, ""
 }
 
 // bootMods adds the boot information for c to a reply.
@@ -471,13 +490,14 @@ func (h *Handler) replyPXE(ctx context.Context, m *dhcpv4.DHCPv4, c client) *dhc
 	return r
 }
 
-// replyAuthoritative serves the pool.
-func (h *Handler) replyAuthoritative(ctx context.Context, m *dhcpv4.DHCPv4, c client) *dhcpv4.DHCPv4 {
+// replyAuthoritative serves the pool; noAddress says it had no address
+// to offer.
+func (h *Handler) replyAuthoritative(ctx context.Context, m *dhcpv4.DHCPv4, c client) (r *dhcpv4.DHCPv4, noAddress bool) {
 	now := h.now()
 	// A relayed request from another subnet cannot use our one pool.
 	if gi := addr4(m.GatewayIPAddr); gi.IsValid() && !h.cfg.Pool.Prefix.Contains(gi) {
 		h.log.Debug("dhcp: relayed request from a subnet without a pool", "giaddr", gi, "mac", c.mac.String())
-		return nil
+		return nil, false
 	}
 	switch m.MessageType() {
 	case dhcpv4.MessageTypeDiscover:
@@ -485,25 +505,25 @@ func (h *Handler) replyAuthoritative(ctx context.Context, m *dhcpv4.DHCPv4, c cl
 		ip, err := h.leases.offer(c.key, addr4(m.RequestedIPAddress()), now, approved)
 		if err != nil {
 			h.refused(c, err)
-			return nil
+			return nil, true
 		}
-		r := h.addressReply(m, c, dhcpv4.MessageTypeOffer, ip, h.leaseTime(approved))
+		r = h.addressReply(m, c, dhcpv4.MessageTypeOffer, ip, h.leaseTime(approved))
 		if r != nil {
 			h.record(c, inventory.StageDHCPOffer, "ip="+ip.String()+" file="+c.file, netip.Addr{})
 		}
-		return r
+		return r, false
 
 	case dhcpv4.MessageTypeRequest:
 		if sid := addr4(m.ServerIdentifier()); sid.IsValid() && sid != h.cfg.ServerIP {
 			h.leases.forgetOffer(c.key) // the client took another server's offer
-			return nil
+			return nil, false
 		}
 		ip := addr4(m.RequestedIPAddress())
 		if !ip.IsValid() {
 			ip = addr4(m.ClientIPAddr) // RENEWING / REBINDING
 		}
 		if !ip.IsValid() {
-			return nil
+			return nil, false
 		}
 		approved := h.approved(ctx, c)
 		d := h.leaseTime(approved)
@@ -515,26 +535,26 @@ func (h *Handler) replyAuthoritative(ctx context.Context, m *dhcpv4.DHCPv4, c cl
 		if err != nil {
 			// Without a stored lease there is no ACK: the client retries.
 			h.log.Error("dhcp: storing lease failed", "mac", c.mac.String(), "ip", ip, "err", err)
-			return nil
+			return nil, false
 		}
 		if !ok {
 			h.log.Debug("dhcp: NAK", "mac", c.mac.String(), "requested", ip)
-			r, err := dhcpv4.NewReplyFromRequest(m,
+			nak, err := dhcpv4.NewReplyFromRequest(m,
 				dhcpv4.WithMessageType(dhcpv4.MessageTypeNak),
 				dhcpv4.WithOption(dhcpv4.OptServerIdentifier(stdIP(h.cfg.ServerIP))))
 			if err != nil {
-				return nil
+				return nil, false
 			}
-			return r
+			return nak, false
 		}
-		r := h.addressReply(m, c, dhcpv4.MessageTypeAck, ip, d)
+		r = h.addressReply(m, c, dhcpv4.MessageTypeAck, ip, d)
 		if r != nil {
 			if h.obs != nil {
 				h.obs.Leased(c.mac, ip, now.Add(d), approved)
 			}
 			h.record(c, inventory.StageDHCPAck, "ip="+ip.String()+" file="+c.file, ip)
 		}
-		return r
+		return r, false
 
 	case dhcpv4.MessageTypeDecline:
 		if ip := addr4(m.RequestedIPAddress()); ip.IsValid() {
@@ -543,7 +563,7 @@ func (h *Handler) replyAuthoritative(ctx context.Context, m *dhcpv4.DHCPv4, c cl
 				h.log.Error("dhcp: storing decline failed", "ip", ip, "err", err)
 			}
 		}
-		return nil
+		return nil, false
 
 	case dhcpv4.MessageTypeRelease:
 		if ip := addr4(m.ClientIPAddr); ip.IsValid() {
@@ -551,20 +571,20 @@ func (h *Handler) replyAuthoritative(ctx context.Context, m *dhcpv4.DHCPv4, c cl
 				h.log.Error("dhcp: storing release failed", "ip", ip, "err", err)
 			}
 		}
-		return nil
+		return nil, false
 
 	case dhcpv4.MessageTypeInform:
 		ip := addr4(m.ClientIPAddr)
 		if !ip.IsValid() {
-			return nil
+			return nil, false
 		}
-		r := h.addressReply(m, c, dhcpv4.MessageTypeAck, netip.Addr{}, 0)
+		r = h.addressReply(m, c, dhcpv4.MessageTypeAck, netip.Addr{}, 0)
 		if r != nil {
 			r.Options.Del(dhcpv4.OptionIPAddressLeaseTime)
 		}
-		return r
+		return r, false
 	}
-	return nil
+	return nil, false
 }
 
 // refused counts and logs, rate-limited, that c got no address: the

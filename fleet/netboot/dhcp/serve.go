@@ -7,6 +7,8 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/dhcpv4/server4"
+
+	"github.com/discord-pxe/dpxe/fleet/netboot/stats"
 )
 
 // Listen opens a UDP socket for the DHCP server on port (ServerPort or
@@ -25,18 +27,25 @@ const MaxInFlight = 1024
 // Serve answers the requests arriving on conn, which listens on port
 // (ServerPort or PXEServerPort), until ctx ends or conn fails. Each request
 // is handled in its own goroutine by server4, at most MaxInFlight at once.
+// With Config.Stats set it counts each request server4 could parse (what
+// does not parse is dropped before the handler sees it), each reply sent
+// and its bytes, and each request left unanswered, by reason.
 func (h *Handler) Serve(ctx context.Context, conn net.PacketConn, port int) error {
 	sem := make(chan struct{}, MaxInFlight)
+	st := h.cfg.Stats
 	srv, err := server4.NewServer("", nil, func(c net.PacketConn, peer net.Addr, m *dhcpv4.DHCPv4) {
+		st.Request(stats.DHCP)
 		select {
 		case sem <- struct{}{}:
 			defer func() { <-sem }()
 		default:
+			st.Refuse(stats.DHCP, stats.Overload)
 			return
 		}
-		r := h.Reply(ctx, m, port)
+		r, why := h.reply(ctx, m, port)
 		debug := h.log.Enabled(ctx, slog.LevelDebug)
 		if r == nil {
+			st.Refuse(stats.DHCP, why)
 			if !debug {
 				return
 			}
@@ -48,8 +57,11 @@ func (h *Handler) Serve(ctx context.Context, conn net.PacketConn, port int) erro
 			h.log.Debug("dhcp: reply", "port", port, "from", peer, "type", m.MessageType(), "mac", m.ClientHWAddr.String(),
 				"reply", r.MessageType(), "to", dst, "yiaddr", r.YourIPAddr, "file", r.BootFileName)
 		}
-		if _, err := c.WriteTo(r.ToBytes(), dst); err != nil {
+		if n, err := c.WriteTo(r.ToBytes(), dst); err != nil {
+			st.Error(stats.DHCP, 0)
 			h.log.Warn("dhcp: sending reply failed", "to", dst, "type", r.MessageType(), "err", err)
+		} else {
+			st.Answer(stats.DHCP, int64(n))
 		}
 	}, server4.WithConn(conn))
 	if err != nil {

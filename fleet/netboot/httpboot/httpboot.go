@@ -26,6 +26,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"text/template"
 	"time"
@@ -33,6 +34,7 @@ import (
 	"github.com/discord-pxe/dpxe/appliance"
 	"github.com/discord-pxe/dpxe/fleet/netboot/bootfiles"
 	"github.com/discord-pxe/dpxe/fleet/netboot/inventory"
+	"github.com/discord-pxe/dpxe/fleet/netboot/stats"
 	"github.com/discord-pxe/dpxe/fleet/security"
 )
 
@@ -76,6 +78,10 @@ type Config struct {
 	// Refusals counts and logs refused requests, rate-limited; nil logs
 	// to the handler's logger.
 	Refusals *security.Log
+	// Stats, when set, counts requests, answers (status below 400) and
+	// their body bytes, refusals by reason (from the status) and bodies
+	// that ended before their Content-Length.
+	Stats *stats.Counters
 }
 
 // Recorder receives the handler's observations and decides which address
@@ -149,8 +155,84 @@ func (h *Handler) Register(mux *http.ServeMux) {
 	mux.Handle("GET /boot/node/{mac}/{name}", h)
 }
 
-// ServeHTTP serves one /boot/ request.
+// ServeHTTP serves one /boot/ request, counted in Config.Stats.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	st := h.cfg.Stats
+	if st == nil {
+		h.serve(w, r)
+		return
+	}
+	st.Request(stats.HTTP)
+	sw := &statusWriter{ResponseWriter: w}
+	h.serve(sw, r)
+	switch code := sw.status(); {
+	case code >= 400:
+		st.Refuse(stats.HTTP, refusalReason(code))
+	case r.Method != http.MethodHead && sw.short():
+		st.Error(stats.HTTP, sw.n)
+	default:
+		st.Answer(stats.HTTP, sw.n)
+	}
+}
+
+// refusalReason names an HTTP error status for stats.
+func refusalReason(code int) string {
+	switch {
+	case code == http.StatusBadRequest:
+		return stats.BadRequest
+	case code == http.StatusForbidden:
+		return stats.Forbidden
+	case code == http.StatusNotFound:
+		return stats.NotFound
+	case code == http.StatusMisdirectedRequest:
+		return stats.Misdirected
+	case code == http.StatusServiceUnavailable:
+		return stats.Unavailable
+	case code >= 500:
+		return stats.ServerError
+	}
+	return stats.Other
+}
+
+// statusWriter records the status and counts the body bytes of a response.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+	n    int64
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if s.code == 0 {
+		s.code = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(p []byte) (int, error) {
+	if s.code == 0 {
+		s.code = http.StatusOK
+	}
+	n, err := s.ResponseWriter.Write(p)
+	s.n += int64(n)
+	return n, err
+}
+
+func (s *statusWriter) status() int {
+	if s.code == 0 {
+		return http.StatusOK
+	}
+	return s.code
+}
+
+// short reports a body that ended before the Content-Length it announced
+// (the client went away, or a write failed).
+func (s *statusWriter) short() bool {
+	cl, err := strconv.ParseInt(s.Header().Get("Content-Length"), 10, 64)
+	return err == nil && s.n < cl
+}
+
+// serve serves one /boot/ request.
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request) {
 	if host := strings.ToLower(r.Host); host != h.host && (h.hostBare == "" || host != h.hostBare) {
 		h.cfg.Refusals.Refused(security.BootHost, security.Source(r.RemoteAddr), "httpboot: request for another host refused",
 			"host", truncate(r.Host, 64), "path", truncate(r.URL.Path, 128))

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/discord-pxe/dpxe/fleet/netboot/bootfiles"
+	"github.com/discord-pxe/dpxe/fleet/netboot/stats"
 	packtftp "pack.ag/tftp"
 )
 
@@ -43,6 +44,9 @@ type Server struct {
 	// handed over (the last ACK may still be outstanding).
 	OnTransfer func(Transfer)
 	Log        *slog.Logger
+	// Stats, when set, counts requests, transfers and their bytes, and
+	// refusals by reason (a retransmitted request counts once).
+	Stats *stats.Counters
 
 	// NoFrontend serves straight from pack.ag on the public socket, without
 	// the request front-end. Options are then not clamped; paths are still
@@ -173,9 +177,11 @@ func (s *Server) Serve(ctx context.Context, conn *net.UDPConn) error {
 			return fmt.Errorf("tftp: engine stopped: %w", err)
 		default:
 		}
-		pkt, code, msg := s.frontend(buf[:n], from)
+		pkt, code, msg, why := s.frontend(buf[:n], from)
 		if pkt == nil {
 			if msg != "" {
+				s.Stats.Request(stats.TFTP)
+				s.Stats.Refuse(stats.TFTP, why)
 				conn.WriteToUDPAddrPort(errorPacket(code, msg), from)
 			}
 			continue
@@ -191,33 +197,34 @@ func (s *Server) Serve(ctx context.Context, conn *net.UDPConn) error {
 }
 
 // frontend decides what to do with one datagram on the public port: either
-// a rewritten request for the engine, or an error to send back (code, msg),
-// or nothing at all (msg == "") for stray packets.
-func (s *Server) frontend(p []byte, from netip.AddrPort) (req []byte, code uint16, msg string) {
+// a rewritten request for the engine, or an error to send back (code, msg)
+// for a refusal (why: a stats reason), or nothing at all (msg == "") for
+// stray packets.
+func (s *Server) frontend(p []byte, from netip.AddrPort) (req []byte, code uint16, msg, why string) {
 	if !from.Addr().Unmap().Is4() {
-		return nil, 0, ""
+		return nil, 0, "", ""
 	}
 	r, err := ParseRequest(p)
 	switch {
 	case errors.Is(err, ErrNotRequest) || errors.Is(err, ErrShortPacket):
 		// ACKs or ERRORs sent to port 69 after a transfer: ignore.
-		return nil, 0, ""
+		return nil, 0, "", ""
 	case err != nil:
 		s.log().Debug("tftp: malformed request", "client", from, "err", err)
-		return nil, ErrCodeIllegalOperation, "malformed request"
+		return nil, ErrCodeIllegalOperation, "malformed request", stats.Malformed
 	case r.Op == OpWRQ:
 		s.log().Info("tftp: write refused", "client", from, "file", r.Filename)
-		return nil, ErrCodeAccessViolation, "read-only server"
+		return nil, ErrCodeAccessViolation, "read-only server", stats.Write
 	case r.Mode != "octet":
-		return nil, ErrCodeIllegalOperation, "only octet mode is served"
+		return nil, ErrCodeIllegalOperation, "only octet mode is served", stats.Malformed
 	}
 	if _, err := bootfiles.CleanPath(r.Filename); err != nil {
 		s.log().Info("tftp: path refused", "client", from, "file", r.Filename, "err", err)
-		return nil, ErrCodeAccessViolation, "access violation"
+		return nil, ErrCodeAccessViolation, "access violation", stats.Forbidden
 	}
 	r.Options = s.Limits.Negotiate(r)
 	s.fitWindow(r)
-	return r.Marshal(), 0, ""
+	return r.Marshal(), 0, "", ""
 }
 
 // fitWindow lowers a negotiated windowsize to the number of blocks the file
@@ -252,6 +259,7 @@ func (s *Server) serveRead(w packtftp.ReadRequest) {
 	start := time.Now()
 	client := w.Addr().AddrPort()
 	tr := Transfer{Client: netip.AddrPortFrom(client.Addr().Unmap(), client.Port()), File: w.Name()}
+	s.Stats.Request(stats.TFTP)
 	defer func() {
 		s.transferEnded(tr.Client)
 		tr.Duration = time.Since(start)
@@ -264,11 +272,13 @@ func (s *Server) serveRead(w packtftp.ReadRequest) {
 		defer func() { <-s.sem }()
 	default:
 		tr.Err = errors.New("too many transfers")
+		s.Stats.Refuse(stats.TFTP, stats.Busy)
 		w.WriteError(packtftp.ErrCodeNotDefined, "server busy, retry")
 		return
 	}
 	if w.TransferMode() != packtftp.ModeOctet {
 		tr.Err = errors.New("not octet mode")
+		s.Stats.Refuse(stats.TFTP, stats.Malformed)
 		w.WriteError(packtftp.ErrCodeIllegalOperation, "only octet mode is served")
 		return
 	}
@@ -276,8 +286,10 @@ func (s *Server) serveRead(w packtftp.ReadRequest) {
 	if err != nil {
 		tr.Err = err
 		if errors.Is(err, bootfiles.ErrNotFound) {
+			s.Stats.Refuse(stats.TFTP, stats.NotFound)
 			w.WriteError(packtftp.ErrCodeFileNotFound, "file not found")
 		} else {
+			s.Stats.Refuse(stats.TFTP, stats.Forbidden)
 			w.WriteError(packtftp.ErrCodeAccessViolation, "access violation")
 		}
 		s.log().Info("tftp: refused", "client", tr.Client, "file", tr.File, "err", err)
@@ -288,12 +300,16 @@ func (s *Server) serveRead(w packtftp.ReadRequest) {
 	n, err := io.Copy(w, f)
 	tr.Bytes, tr.Err = n, err
 	if err != nil && n == 0 && packtftp.IsRemoteError(err) {
-		tr.Probe, tr.Err = true, nil
+		tr.Probe, tr.Err = true, nil // a size probe, answered
+		s.Stats.Answer(stats.TFTP, 0)
 		return
 	}
 	if err != nil {
+		s.Stats.Error(stats.TFTP, n)
 		s.log().Info("tftp: transfer failed", "client", tr.Client, "file", tr.File, "bytes", n, "err", err)
+		return
 	}
+	s.Stats.Answer(stats.TFTP, n)
 }
 
 // IPv4 and UDP header constants for the hand-over datagram (RFC 791, RFC 768).
