@@ -98,3 +98,33 @@ type Percentiles struct {
 	// for "now".
 	At time.Time
 }
+
+// LatencyCell is one cell of the latency map: one shard, or a block of
+// shards shown by the highest last ping among its READY shards.
+type LatencyCell struct {
+	Band  Band
+	Title string // its range and latency, shown on hover
+}
+
+// LatencyGroup is one node's range (or a range no live node has) in the
+// latency map, with its percentiles in text.
+type LatencyGroup struct {
+	NodeID     string // "" for shards in no live node's range
+	Href       string
+	Start, End uint32 // End inclusive
+	Ping       Percentiles
+	Cells      []LatencyCell
+}
+
+// ID is the group's element ID.
+func (g LatencyGroup) ID() string { return "lg" + strconv.FormatUint(uint64(g.Start), 10) }
+
+// LatencyMap is the latency view of the shard map: every shard's last
+// heartbeat latency in the colour scale, grouped by owning node.
+type LatencyMap struct {
+	Page
+	Total     uint32
+	BlockSize uint32 // shards per cell
+	Fleet     Percentiles
+	Groups    []LatencyGroup
+}
