@@ -42,7 +42,7 @@ func TestLatencyAndHistoryComponents(t *testing.T) {
 		{"history", HistoryPanel(hist), []string{`id="history"`, "1440 minutes sampled", `<figure class="chart" id="chart-states">`,
 			`role="img" aria-labelledby="chart-states-t chart-states-d"`, `<title id="chart-states-t">Shards by state, 12:00Z to 12:00Z</title>`,
 			`<desc id="chart-ping-d">Highest p99 300 ms`, `class="series s-r area" d="M`, `class="series s-f area"`, `class="series q99" d="M`,
-			`<details id="history-table">`, `<th scope="row">12:00Z</th>`, `<td class="n">60–60</td>`, `xmlns="http://www.w3.org/2000/svg"`},
+			`<details id="history-table">`, `<th scope="row">Nov 30 12:00Z</th>`, `<td class="n">60–60</td>`, `xmlns="http://www.w3.org/2000/svg"`},
 			[]string{"<script", "No history yet", `class="series s-p`}},
 		{"history empty", HistoryPanel(view.History{From: from, To: to}), []string{"No history yet"}, []string{"<svg"}},
 		{"history error", HistoryPanel(view.History{Error: "disk on fire"}), []string{`<p class="error">disk on fire</p>`}, nil},

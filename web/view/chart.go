@@ -40,7 +40,7 @@ const (
 	ChartW     = 1440
 	ChartH     = 300
 	plotLeft   = 110 // room for the y labels
-	plotRight  = 20
+	plotRight  = 60
 	plotTop    = 16
 	plotBottom = 44 // room for the x labels
 )
@@ -293,7 +293,12 @@ func PingChart(points []HistoryPoint, from, to time.Time, n int) Chart {
 		}
 	}
 	top := niceCeil(max(peak, 10))
-	c.YTicks = valueTicks(top, func(v float64) string { return Ping{MS: v}.Text() })
+	c.YTicks = valueTicks(top, func(v float64) string {
+		if v == 0 {
+			return "0"
+		}
+		return Ping{MS: v}.Text()
+	})
 	for _, s := range []struct {
 		label, class string
 		get          func(b bucket) float64
@@ -322,7 +327,7 @@ func PingChart(points []HistoryPoint, from, to time.Time, n int) Chart {
 
 // HourRow is one hour of the history table, the charts' text fallback.
 type HourRow struct {
-	Hour     string // "11:00Z"
+	Hour     string // "Dec 1 11:00Z"
 	Minutes  int    // minutes sampled in the hour
 	ReadyMin int    // fewest READY shards in a minute
 	ReadyMax int
@@ -339,7 +344,7 @@ func HourRows(points []HistoryPoint, from, to time.Time) []HourRow {
 		if p.At.Before(from) || !p.At.Before(to) {
 			continue
 		}
-		h := p.At.UTC().Truncate(time.Hour).Format("15:04Z")
+		h := p.At.UTC().Truncate(time.Hour).Format("Jan 2 15:04Z")
 		if len(out) == 0 || out[len(out)-1].Hour != h {
 			out = append(out, HourRow{Hour: h, ReadyMin: p.Counts[Ready]})
 		}

@@ -134,14 +134,14 @@ func TestStatesAndPingCharts(t *testing.T) {
 		t.Errorf("paths of a steady day take %d bytes", size)
 	}
 	hours := HourRows(pts, from, to)
-	if len(hours) != 24 || hours[10].Hour != "22:00Z" || hours[10].ReadyMin != 2000 || hours[10].NotReadyMax != 48 || hours[10].P99.MS != 2400 || hours[10].Minutes != 60 {
+	if len(hours) != 24 || hours[10].Hour != "Dec 1 22:00Z" || hours[10].ReadyMin != 2000 || hours[10].NotReadyMax != 48 || hours[10].P99.MS != 2400 || hours[10].Minutes != 60 {
 		t.Errorf("hour rows: %d, %+v", len(hours), hours[10])
 	}
 	empty := StatesChart(nil, from, to, ChartBuckets)
 	if len(empty.Series) != 0 || empty.Desc != "No samples in this window." {
 		t.Errorf("empty chart %+v", empty)
 	}
-	if pe := PingChart(nil, from, to, ChartBuckets); pe.Desc != "No READY shard had a measured ping in this window." || pe.YTicks[2].Label != "10 ms" {
+	if pe := PingChart(nil, from, to, ChartBuckets); pe.Desc != "No READY shard had a measured ping in this window." || pe.YTicks[2].Label != "10 ms" || pe.YTicks[0].Label != "0" {
 		t.Errorf("empty ping chart %+v", pe)
 	}
 }
