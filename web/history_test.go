@@ -117,7 +117,7 @@ func TestLatencyAndHistoryPages(t *testing.T) {
 	}
 	for _, want := range []string{
 		"64 shards, one cell each", "62 READY shards measured", `<a href="/nodes/node-a">node-a</a>`,
-		`<i class="l-1" title="0: 20 ms"></i>`, `<i class="l-3" title="32: 300 ms"></i>`, `<i class="l-n" title="40: no ping"></i>`,
+		`<i class=l-1 title="0: 20 ms"></i>`, `<i class=l-3 title="32: 300 ms"></i>`, `<i class=l-n title="40: no ping"></i>`,
 		`p50 <span class="lat l-1" title="35.000 ms">`, // node-a's 32 pings 20..51: the 16th
 	} {
 		if !strings.Contains(lat, want) {
@@ -179,5 +179,31 @@ func TestLatencyMapAggregates(t *testing.T) {
 	}
 	if m.Fleet.N != total-64-2 || m.Fleet.P50.MS != 16 || m.Fleet.Max.MS != 32 {
 		t.Errorf("fleet percentiles %+v", m.Fleet)
+	}
+}
+
+// TestLatencyMapCompact: with more groups than CompactGroups the latency
+// map is one grid of MaxMapCells cells over every shard, and its text is
+// the SlowestNodes nodes by p99, slowest first.
+func TestLatencyMapCompact(t *testing.T) {
+	const total, nodes = 131072, 1024
+	fs := controller.FleetStats{Shards: make([]controller.ShardStats, total)}
+	per := uint32(total / nodes)
+	for i := range nodes {
+		fs.Nodes = append(fs.Nodes, controller.NodeStats{ID: fmt.Sprintf("n%04d", i), Live: true, Range: controller.Range{Start: uint32(i) * per, Count: per}})
+	}
+	for s := range fs.Shards {
+		n := int32(uint32(s) / per)
+		fs.Shards[s] = controller.ShardStats{Node: n, Held: true, Reported: true, State: appliance.ShardReady, PingMS: 10 + float64(n)}
+	}
+	m := BuildLatencyMap(&fs)
+	if !m.Compact || len(m.Groups) != 1 || len(m.Groups[0].Cells) != MaxMapCells {
+		t.Fatalf("compact %v, %d groups, %d cells", m.Compact, len(m.Groups), len(m.Groups[0].Cells))
+	}
+	if len(m.Slowest) != SlowestNodes || m.Slowest[0].NodeID != "n1023" || m.Slowest[0].Ping.P99.MS != 1033 || m.Slowest[19].NodeID != "n1004" {
+		t.Fatalf("slowest: %d, first %+v, last %q", len(m.Slowest), m.Slowest[0], m.Slowest[len(m.Slowest)-1].NodeID)
+	}
+	if m.Fleet.N != total || m.Fleet.Max.MS != 1033 {
+		t.Fatalf("fleet %+v", m.Fleet)
 	}
 }

@@ -34,9 +34,14 @@ func readyPing(sh *controller.ShardStats) float64 {
 	return sh.PingMS
 }
 
+// SlowestNodes is how many nodes a compact latency map lists by p99.
+const SlowestNodes = 20
+
 // BuildLatencyMap groups the shards by the live node whose range has them
 // (the rest in "no owner" groups), in blocks of the shard map's size,
-// each cell showing the highest ping of its READY shards.
+// each cell showing the highest ping of its READY shards. Above
+// CompactGroups groups it draws one grid of every shard instead (a cell
+// may then span nodes) and lists the SlowestNodes nodes by p99 in text.
 func BuildLatencyMap(fs *controller.FleetStats) view.LatencyMap {
 	total := uint32(len(fs.Shards))
 	m := view.LatencyMap{Total: total, BlockSize: mapBlockSize(total)}
@@ -51,19 +56,28 @@ func BuildLatencyMap(fs *controller.FleetStats) view.LatencyMap {
 		}
 	}
 	slices.SortFunc(spans, func(a, b span) int { return cmp.Compare(a.start, b.start) })
-	var all []float64
+	var groups []span
+	next := uint32(0)
+	for _, sp := range spans {
+		if sp.start > next {
+			groups = append(groups, span{start: next, end: sp.start})
+		}
+		if sp.end > sp.start {
+			groups = append(groups, sp)
+		}
+		next = max(next, sp.end)
+	}
+	if next < total {
+		groups = append(groups, span{start: next, end: total})
+	}
+	m.Compact = len(groups) > CompactGroups
+	all := make([]float64, 0, total)
 	pings := make([]float64, 0, 1024)
-	add := func(sp span) {
-		if sp.end <= sp.start {
-			return
-		}
-		g := view.LatencyGroup{NodeID: sp.node, Start: sp.start, End: sp.end - 1}
-		if sp.node != "" {
-			g.Href = "/nodes/" + url.PathEscape(sp.node)
-		}
-		pings = pings[:0]
-		for s := sp.start; s < sp.end; s += m.BlockSize {
-			hi := min(sp.end, s+m.BlockSize)
+	// cells appends the cells of [start, end) to g, and the READY pings
+	// of the range to pings.
+	cells := func(g *view.LatencyGroup, start, end uint32) {
+		for s := start; s < end; s += m.BlockSize {
+			hi := min(end, s+m.BlockSize)
 			worst := 0.0
 			for i := s; i < hi; i++ {
 				if p := readyPing(&fs.Shards[i]); p > 0 {
@@ -80,20 +94,38 @@ func BuildLatencyMap(fs *controller.FleetStats) view.LatencyMap {
 			}
 			g.Cells = append(g.Cells, view.LatencyCell{Band: ping.Band(), Title: title + ping.Text()})
 		}
+	}
+	for _, sp := range groups {
+		g := view.LatencyGroup{NodeID: sp.node, Start: sp.start, End: sp.end - 1}
+		if sp.node != "" {
+			g.Href = "/nodes/" + url.PathEscape(sp.node)
+		}
+		pings = pings[:0]
+		if m.Compact {
+			for i := sp.start; i < sp.end; i++ {
+				if p := readyPing(&fs.Shards[i]); p > 0 {
+					pings = append(pings, p)
+				}
+			}
+		} else {
+			cells(&g, sp.start, sp.end)
+		}
 		all = append(all, pings...)
 		g.Ping = percentilesOf(pings)
+		if m.Compact {
+			if sp.node != "" && g.Ping.N > 0 {
+				m.Slowest = append(m.Slowest, g)
+			}
+			continue
+		}
 		m.Groups = append(m.Groups, g)
 	}
-	next := uint32(0)
-	for _, sp := range spans {
-		if sp.start > next {
-			add(span{start: next, end: sp.start})
-		}
-		add(sp)
-		next = max(next, sp.end)
-	}
-	if next < total {
-		add(span{start: next, end: total})
+	if m.Compact {
+		g := view.LatencyGroup{Start: 0, End: total - 1}
+		cells(&g, 0, total)
+		m.Groups = []view.LatencyGroup{g}
+		slices.SortStableFunc(m.Slowest, func(a, b view.LatencyGroup) int { return cmp.Compare(b.Ping.P99.MS, a.Ping.P99.MS) })
+		m.Slowest = m.Slowest[:min(len(m.Slowest), SlowestNodes)]
 	}
 	m.Fleet = percentilesOf(all)
 	return m

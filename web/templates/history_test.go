@@ -52,7 +52,7 @@ func TestLatencyAndHistoryComponents(t *testing.T) {
 		{"latency map", LatencyPage(view.LatencyMap{Total: 64, BlockSize: 32, Fleet: pct, Groups: []view.LatencyGroup{
 			{NodeID: "n1", Href: "/nodes/n1", Start: 0, End: 31, Ping: pct, Cells: []view.LatencyCell{{Band: view.BandSlow, Title: "0–31: highest 300 ms"}}},
 			{Start: 32, End: 63, Cells: []view.LatencyCell{{Band: view.BandNone, Title: `32–63: no "ping"`}}}}}),
-			[]string{"32 per cell", `<i class="l-3" title="0–31: highest 300 ms"></i>`, `title="32–63: no &#34;ping&#34;"`, `id="lg32"`,
+			[]string{"32 per cell", `<i class=l-3 title="0–31: highest 300 ms"></i>`, `title="32–63: no &#34;ping&#34;"`, `id="lg32"`,
 				"no READY shard with a ping", `<a href="/nodes/n1">n1</a>`, "60 READY shards measured"}, []string{`no "ping"`}},
 	}
 	for _, c := range cases {

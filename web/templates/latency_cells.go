@@ -18,9 +18,9 @@ func LatencyCells(cells []view.LatencyCell) templ.Component {
 	return templ.ComponentFunc(func(_ context.Context, w io.Writer) error {
 		var b strings.Builder
 		for _, c := range cells {
-			b.WriteString(`<i class="`)
+			b.WriteString(`<i class=`)
 			b.WriteString(c.Band.Class())
-			b.WriteString(`" title="`)
+			b.WriteString(` title="`)
 			b.WriteString(html.EscapeString(c.Title))
 			b.WriteString(`"></i>`)
 		}

@@ -126,5 +126,11 @@ type LatencyMap struct {
 	Total     uint32
 	BlockSize uint32 // shards per cell
 	Fleet     Percentiles
-	Groups    []LatencyGroup
+	// Groups are the nodes' ranges with their cells; in a compact map
+	// (many nodes) a single group of every shard, without a node.
+	Groups  []LatencyGroup
+	Compact bool
+	// Slowest are the nodes with the highest p99, slowest first, without
+	// cells: the compact map's text.
+	Slowest []LatencyGroup
 }
