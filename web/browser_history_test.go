@@ -39,7 +39,7 @@ func TestBrowserHistoryWithoutJavaScript(t *testing.T) {
 	// A day of minutes: steady, with an hour of trouble six hours ago.
 	bctx := context.Background()
 	now := time.Now()
-	for m := 24*60 - 1; m >= 1; m -= 7 {
+	for m := 24*60 - 1; m >= 1; m-- {
 		h := store.HistorySample{At: now.Add(-time.Duration(m) * time.Minute), Ready: 255, Fatal: 1, PingCount: 255,
 			PingP50: 90, PingP90: 240, PingP99: 360, PingMax: 380}
 		if m > 6*60 && m < 7*60 {

@@ -2,6 +2,7 @@ package web
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/discord-pxe/dpxe/appliance"
@@ -30,11 +31,18 @@ func HistoryPoints(samples []store.HistorySample) []view.HistoryPoint {
 	return out
 }
 
+// historySpan is the charts' window ending at now: the 1,440 minutes up
+// to and including now's.
+func historySpan(now time.Time) (from, to time.Time) {
+	to = now.UTC().Truncate(time.Minute).Add(time.Minute)
+	return to.Add(-historyWindow), to
+}
+
 // BuildHistory makes the fleet page's latency panel (from the newest
 // sample) and 24-hour charts from samples, oldest first, ending at now.
 func BuildHistory(samples []store.HistorySample, now time.Time) (view.Percentiles, view.History) {
-	to := now.UTC().Truncate(time.Minute).Add(time.Minute)
-	from := to.Add(-historyWindow)
+	from, to := historySpan(now)
+	samples = slices.DeleteFunc(slices.Clone(samples), func(h store.HistorySample) bool { return h.At.Before(from) || !h.At.Before(to) })
 	pts := HistoryPoints(samples)
 	h := view.History{From: from, To: to, Minutes: len(pts),
 		States: view.StatesChart(pts, from, to, view.ChartBuckets),
@@ -55,7 +63,8 @@ func (s *Server) historyView(ctx context.Context, now time.Time) (*view.Percenti
 	if s.cfg.Store == nil {
 		return nil, nil
 	}
-	samples, err := s.cfg.Store.History(ctx, now.Add(-historyWindow))
+	from, _ := historySpan(now)
+	samples, err := s.cfg.Store.History(ctx, from)
 	p, h := BuildHistory(samples, now)
 	if err != nil {
 		s.log.Warn("dashboard: history", "err", err)

@@ -207,3 +207,25 @@ func TestLatencyMapCompact(t *testing.T) {
 		t.Fatalf("fleet %+v", m.Fleet)
 	}
 }
+
+// TestBuildHistoryWindow: the charts cover the 1,440 minutes up to and
+// including now's; older samples are left out, and the latency panel
+// shows the newest sample.
+func TestBuildHistoryWindow(t *testing.T) {
+	now := time.Date(2026, 12, 2, 12, 30, 40, 0, time.UTC)
+	samples := []store.HistorySample{
+		{At: now.Add(-24 * time.Hour).Truncate(time.Minute), Ready: 1},                   // the minute just outside
+		{At: now.Add(-24*time.Hour + time.Minute).Truncate(time.Minute), Ready: 2},        // the oldest inside
+		{At: now.Truncate(time.Minute), Ready: 3, PingCount: 3, PingP50: 7, PingMax: 9.5}, // now's minute
+	}
+	p, h := BuildHistory(samples, now)
+	if h.Minutes != 2 || h.From != time.Date(2026, 12, 1, 12, 31, 0, 0, time.UTC) || h.To != time.Date(2026, 12, 2, 12, 31, 0, 0, time.UTC) {
+		t.Fatalf("window %v..%v with %d minutes", h.From, h.To, h.Minutes)
+	}
+	if p.N != 3 || p.P50.MS != 7 || p.Max.MS != 9.5 || !p.At.Equal(now.Truncate(time.Minute)) {
+		t.Fatalf("latest percentiles %+v", p)
+	}
+	if len(samples) != 3 {
+		t.Fatal("BuildHistory changed its argument")
+	}
+}
