@@ -34,7 +34,7 @@ func TestLatencyAndHistoryComponents(t *testing.T) {
 		hasnt []string
 	}{
 		{"ping value", PingValue(view.Ping{MS: 41.5}), []string{`class="lat l-1"`, `title="41.500 ms"`, `<i aria-hidden="true"></i>42 ms`}, nil},
-		{"no ping", PingValue(view.Ping{}), []string{`class="lat l-n"`, "no ping", `title="no heartbeat ACK measured yet"`}, nil},
+		{"no ping", PingValue(view.Ping{}), []string{`<span class="lat l-n"><i aria-hidden="true"></i>no ping</span>`}, []string{"title"}},
 		{"legend", LatencyLegend(), []string{`aria-label="Latency colour scale"`, "under 100 ms", "1 s and more", "no ping yet", `class="lat l-5"`}, nil},
 		{"latency panel", LatencyPanel(pct), []string{`id="latency"`, "over 60 READY shards", `datetime="2026-12-01T12:00:00.000Z"`,
 			"<dt>p99</dt><dd><span class=\"lat l-3\"", "1.20 s", `href="/latency"`}, []string{"No READY shard"}},
