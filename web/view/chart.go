@@ -224,7 +224,7 @@ func StatesChart(points []HistoryPoint, from, to time.Time, n int) Chart {
 		Plot: plotRect, XTicks: timeTicks(from, to)}
 	bs := bucketize(points, from, to, n)
 	top := 0
-	any := [NumStates]bool{}
+	seen := [NumStates]bool{}
 	worst, worstAt := -1, time.Time{}
 	for _, b := range bs {
 		if !b.has {
@@ -232,7 +232,7 @@ func StatesChart(points []HistoryPoint, from, to time.Time, n int) Chart {
 		}
 		top = max(top, b.worst.total())
 		for s, v := range b.worst.Counts {
-			any[s] = any[s] || v > 0
+			seen[s] = seen[s] || v > 0
 		}
 		if t := b.worst.total() - b.worst.Counts[Ready]; t > worst {
 			worst, worstAt = t, b.worst.At
@@ -240,7 +240,7 @@ func StatesChart(points []HistoryPoint, from, to time.Time, n int) Chart {
 	}
 	c.YTicks = valueTicks(float64(top), func(v float64) string { return strconv.Itoa(int(math.Round(v))) })
 	for k, s := range chartStack {
-		if !any[s] {
+		if !seen[s] {
 			continue
 		}
 		below := func(i int) float64 {
