@@ -8,12 +8,14 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/discord-pxe/dpxe/fleet/history"
 	"github.com/discord-pxe/dpxe/fleet/store"
+	"github.com/discord-pxe/dpxe/web/templates"
 )
 
 // BenchmarkDashboardHistory measures the pages that show latency and
@@ -116,4 +118,29 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkHistoryPanel is what a day of history adds to one fleet page
+// besides the store read: the charts' geometry and the panels' HTML.
+func BenchmarkHistoryPanel(b *testing.B) {
+	now := time.Now()
+	samples := make([]store.HistorySample, 0, store.HistoryMinutes)
+	for m := store.HistoryMinutes - 1; m >= 0; m-- {
+		samples = append(samples, store.HistorySample{At: now.Add(-time.Duration(m) * time.Minute).Truncate(time.Minute),
+			Ready: benchShards - 40, Starting: 10, Backoff: 20, Fatal: 10, PingCount: benchShards - 40,
+			PingP50: 120 + float64(m%60), PingP90: 300 + float64(m%90), PingP99: 600 + float64(m%240), PingMax: 2000})
+	}
+	var size int
+	for b.Loop() {
+		p, h := BuildHistory(samples, now)
+		var buf strings.Builder
+		if err := templates.LatencyPanel(p).Render(context.Background(), &buf); err != nil {
+			b.Fatal(err)
+		}
+		if err := templates.HistoryPanel(h).Render(context.Background(), &buf); err != nil {
+			b.Fatal(err)
+		}
+		size = buf.Len()
+	}
+	b.ReportMetric(float64(size)/1024, "html-KiB")
 }
