@@ -214,7 +214,7 @@ func TestLatencyMapCompact(t *testing.T) {
 func TestBuildHistoryWindow(t *testing.T) {
 	now := time.Date(2026, 12, 2, 12, 30, 40, 0, time.UTC)
 	samples := []store.HistorySample{
-		{At: now.Add(-24 * time.Hour).Truncate(time.Minute), Ready: 1},                   // the minute just outside
+		{At: now.Add(-24 * time.Hour).Truncate(time.Minute), Ready: 1},                    // the minute just outside
 		{At: now.Add(-24*time.Hour + time.Minute).Truncate(time.Minute), Ready: 2},        // the oldest inside
 		{At: now.Truncate(time.Minute), Ready: 3, PingCount: 3, PingP50: 7, PingMax: 9.5}, // now's minute
 	}

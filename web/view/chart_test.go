@@ -77,7 +77,7 @@ func TestBucketize(t *testing.T) {
 		point(from.Add(5*time.Minute), 6, 2, 300), // the worst minute of bucket 0 (12 min each)
 		point(from.Add(11*time.Minute), 8, 0, 50),
 		point(from.Add(59*time.Minute), 7, 1, 0), // bucket 4, no ping
-		point(to, 0, 8, 0), // after
+		point(to, 0, 8, 0),                       // after
 	}
 	bs := bucketize(pts, from, to, 5)
 	if !bs[0].has || bs[0].worst.Counts[Ready] != 6 || bs[0].p99 != 300 || bs[0].p50 != 75 {
