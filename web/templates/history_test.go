@@ -46,6 +46,7 @@ func TestLatencyAndHistoryComponents(t *testing.T) {
 			[]string{"<script", "No history yet", `class="series s-p`}},
 		{"history empty", HistoryPanel(view.History{From: from, To: to}), []string{"No history yet"}, []string{"<svg"}},
 		{"history error", HistoryPanel(view.History{Error: "disk on fire"}), []string{`<p class="error">disk on fire</p>`}, nil},
+		{"shard map links its latency view", ShardMapHead(view.ShardMap{Total: 8, BlockSize: 1}), []string{`<a href="/latency" id="map-latency">`}, nil},
 		{"node latency", NodeLatency(pct), []string{`id="node-latency"`, "60 READY shards", "<dt>max</dt>"}, nil},
 		{"shard card ping", ShardCard(view.ShardRow{ID: 3, State: view.Ready, Ping: view.Ping{MS: 612}}),
 			[]string{"<dt>Ping</dt><dd><span class=\"lat l-4\" title=\"612.000 ms\">", "612 ms"}, nil},
