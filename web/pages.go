@@ -46,7 +46,9 @@ func (s *Server) fleetView(ctx context.Context, p view.Page) view.Fleet {
 func (s *Server) fleet(w http.ResponseWriter, r *http.Request) {
 	p := s.page(r, "Fleet", "fleet")
 	p.Live = "/live?topic=fleet"
-	s.render(w, r, http.StatusOK, templates.FleetPage(s.fleetView(r.Context(), p)))
+	v := s.fleetView(r.Context(), p)
+	v.Latency, v.History = s.historyView(r.Context(), s.cfg.Now())
+	s.render(w, r, http.StatusOK, templates.FleetPage(v))
 }
 
 // nodeColumns are the nodes table's columns: key, heading.
@@ -222,6 +224,7 @@ func (s *Server) nodeView(ctx context.Context, p view.Page, id string, withEvent
 	}
 	v.StatusAt = view.Moment{At: d.StatusAt, Now: now}
 	v.Shards, v.Counts = BuildShardRows(d, c.ShardMap())
+	v.Ping = addPings(v.Shards, d.Shards)
 	v.Restartable = len(FatalInRange(d, v.Shards))
 	if withEvents {
 		v.Boot = s.nodeBoot(ctx, id, now)

@@ -121,6 +121,7 @@ func (s *Server) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /nodes/{id}/restart-fatal", s.authed(s.restartConfirm))
 	mux.HandleFunc("POST /nodes/{id}/restart-fatal", s.authed(s.restartFatal))
 	mux.HandleFunc("GET /guild", s.authed(s.guild))
+	mux.HandleFunc("GET /latency", s.authed(s.latency))
 	mux.HandleFunc("GET /events", s.authed(s.events))
 	mux.HandleFunc("GET /discovered", s.authed(s.discovered))
 	mux.HandleFunc("POST /discovered/{mac}/approve", s.authed(s.approve))

@@ -21,7 +21,31 @@ var migrations = []migration{
 	{1, "controller inventory", schemaV1},
 	{2, "netboot inventory", schemaV2},
 	{3, "netboot enrollments", schemaV3},
+	{4, "fleet history", schemaV4},
 }
+
+// schemaV4 is the dashboard's 24-hour fleet history (history.go): one row
+// per minute with the shard counts by state and the ping percentiles of
+// that minute, at most HistoryMinutes rows (AddHistory prunes in the same
+// transaction). minute is the minute's start in Unix milliseconds; pings
+// are whole microseconds, so the table needs no floating-point type.
+const schemaV4 = `
+CREATE TABLE fleet_history (
+	minute      INTEGER PRIMARY KEY,
+	ready       INTEGER NOT NULL,
+	starting    INTEGER NOT NULL,
+	assigned    INTEGER NOT NULL,
+	pending     INTEGER NOT NULL,
+	backoff     INTEGER NOT NULL,
+	fatal       INTEGER NOT NULL,
+	unowned     INTEGER NOT NULL,
+	ping_count  INTEGER NOT NULL,
+	ping_p50_us INTEGER NOT NULL,
+	ping_p90_us INTEGER NOT NULL,
+	ping_p99_us INTEGER NOT NULL,
+	ping_max_us INTEGER NOT NULL
+);
+`
 
 // schemaV3 holds the pending network enrollment of each node (issue 24):
 // the hash of the credential an approved machine's boot script carried,

@@ -84,6 +84,10 @@ type Fleet struct {
 	Map      ShardMap
 	// NoNodes shows the "how to boot one" empty state.
 	NoNodes bool
+	// Latency and History are the latest sample's ping percentiles and
+	// the 24-hour charts; nil in live updates, which leave them as loaded.
+	Latency *Percentiles
+	History *History
 }
 
 // NodeRow is one node in the nodes table and the head of its page.
@@ -147,6 +151,8 @@ type ShardRow struct {
 	// RestartRequested: an operator asked the node to start this FATAL
 	// shard again and the node has not taken the request up yet.
 	RestartRequested bool
+	// Ping is the shard's last heartbeat latency as its node reported it.
+	Ping Ping
 }
 
 // BootStep is one step of a boot timeline.
@@ -194,6 +200,8 @@ type Node struct {
 	Restartable int
 	Boot        Boot
 	Events      []EventRow
+	// Ping is the latency of the node's READY shards with a measured ping.
+	Ping Percentiles
 }
 
 // Move is where some of a drained node's shards go.
