@@ -261,7 +261,7 @@ func (s *Server) drainConfirm(drain bool) http.HandlerFunc {
 			title = "Drain " + id
 		}
 		v := view.DrainConfirm{Page: s.page(r, title, "nodes"), NodeID: id, Drain: drain, Live: d.Live,
-			Range: rangeText(d.RangeStart, d.RangeCount), Count: d.RangeCount, Already: d.Draining}
+			Range: controller.Range{Start: d.RangeStart, Count: d.RangeCount}.String(), Count: d.RangeCount, Already: d.Draining}
 		if drain {
 			p, err := s.cfg.Controller.PreviewDrain(id)
 			if err != nil {
@@ -286,7 +286,7 @@ func (s *Server) drain(on bool) http.HandlerFunc {
 			p, err = s.cfg.Controller.Drain(r.Context(), id, r.PostFormValue("strand") == "yes")
 			if errors.Is(err, controller.ErrDrainStrands) {
 				v := view.DrainConfirm{Page: s.page(r, "Drain "+id, "nodes"), NodeID: id, Drain: true, Live: p.Live,
-					Range: rangeText(p.RangeStart, p.RangeCount), Count: p.RangeCount,
+					Range: controller.Range{Start: p.RangeStart, Count: p.RangeCount}.String(), Count: p.RangeCount,
 					Refused: fmt.Sprintf("Not drained: %d shards would have no owner. Tick the box to drain anyway, or add capacity first.", p.Strands)}
 				v.Moves, v.Leaving, v.Strands, v.AllMoved = BuildDrainConfirm(p)
 				s.render(w, r, http.StatusConflict, templates.DrainConfirmPage(v))

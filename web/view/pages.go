@@ -52,6 +52,7 @@ type MapGroup struct {
 	Href     string
 	Start    uint32
 	End      uint32 // last shard, inclusive
+	Range    string // "64-127", "7"
 	Draining bool
 	Counts   [NumStates]int
 	// Cells has one state per cell: one shard, or BlockSize shards shown
@@ -94,7 +95,7 @@ type NodeRow struct {
 	MAC, IP, Firmware, BootStage string
 	Address                      string // where it checked in from
 	Capacity                     uint32
-	Range                        string // "0–511", "none"
+	Range                        string // "0-511", "7", "none"
 	RangeStart, RangeCount       uint32
 	Ready, Starting, Backoff     int
 	Fatal, Pending               int
