@@ -324,7 +324,7 @@ func FatalInRange(d controller.NodeDetail, rows []view.ShardRow) []view.ShardRow
 func BuildEventRows(evs []store.Event, now time.Time) []view.EventRow {
 	out := make([]view.EventRow, 0, len(evs))
 	for _, e := range evs {
-		r := view.EventRow{ID: e.ID, At: view.Stamp(e.At), Ago: view.Ago(now, e.At), Kind: e.Kind, NodeID: e.NodeID, Detail: e.Detail}
+		r := view.EventRow{ID: e.ID, At: view.Stamp(e.At), When: view.Moment{At: e.At, Now: now}, Kind: e.Kind, NodeID: e.NodeID, Detail: e.Detail}
 		if e.ShardID != nil {
 			r.Shard = strconv.FormatUint(uint64(*e.ShardID), 10)
 		}

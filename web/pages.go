@@ -382,6 +382,36 @@ func (s *Server) guild(w http.ResponseWriter, r *http.Request) {
 // eventPage is the number of audit-log entries per events page.
 const eventPage = 100
 
+// eventFilter is the events page's filter as a query: node and kind,
+// only those set.
+func eventFilter(node, kind string) url.Values {
+	q := url.Values{}
+	if node != "" {
+		q.Set("node", node)
+	}
+	if kind != "" {
+		q.Set("kind", kind)
+	}
+	return q
+}
+
+// eventList fills v's rows and older-page link: the entries of v's filter
+// before the entry ID before (0: the newest).
+func (s *Server) eventList(ctx context.Context, v *view.Events, before int64) error {
+	evs, err := s.cfg.Controller.EventLog(ctx, controller.EventFilter{NodeID: v.Node, Kind: v.Kind, Before: before, Limit: eventPage})
+	if err != nil {
+		return err
+	}
+	v.Rows = BuildEventRows(evs, s.cfg.Now())
+	v.Older = ""
+	if len(evs) == eventPage {
+		older := eventFilter(v.Node, v.Kind)
+		older.Set("before", strconv.FormatInt(evs[len(evs)-1].ID, 10))
+		v.Older = "/events?" + older.Encode()
+	}
+	return nil
+}
+
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	v := view.Events{Page: s.page(r, "Events", "events"), Node: q.Get("node"), Kind: q.Get("kind"), Kinds: controller.EventKinds}
@@ -401,22 +431,16 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			before = n
 		}
 	}
-	evs, err := s.cfg.Controller.EventLog(r.Context(), controller.EventFilter{NodeID: v.Node, Kind: v.Kind, Before: before, Limit: eventPage})
-	if err != nil {
+	if err := s.eventList(r.Context(), &v, before); err != nil {
 		s.controllerProblem(w, r, err)
 		return
 	}
-	v.Rows = BuildEventRows(evs, s.cfg.Now())
-	if len(evs) == eventPage {
-		older := url.Values{}
-		if v.Node != "" {
-			older.Set("node", v.Node)
-		}
-		if v.Kind != "" {
-			older.Set("kind", v.Kind)
-		}
-		older.Set("before", strconv.FormatInt(evs[len(evs)-1].ID, 10))
-		v.Older = "/events?" + older.Encode()
+	// The newest entries update live; a page of older ones stays as it is
+	// (nothing new ever lands there).
+	if before == 0 {
+		lq := eventFilter(v.Node, v.Kind)
+		lq.Set("topic", "events")
+		v.Live = "/live?" + lq.Encode()
 	}
 	s.render(w, r, http.StatusOK, templates.EventsPage(v))
 }

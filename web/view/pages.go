@@ -172,8 +172,8 @@ type Boot struct {
 // EventRow is one audit-log entry.
 type EventRow struct {
 	ID     int64
-	At     string
-	Ago    string
+	At     string // absolute, UTC
+	When   Moment // the same instant, shown as "3 min ago"
 	Kind   string
 	NodeID string
 	Shard  string
