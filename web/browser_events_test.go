@@ -4,8 +4,6 @@ import (
 	"context"
 	"testing"
 	"time"
-
-	"github.com/chromedp/chromedp"
 )
 
 // TestBrowserLiveEvents: the events page, open in headless Chromium and
@@ -20,9 +18,7 @@ func TestBrowserLiveEvents(t *testing.T) {
 	f.settle(ids...)
 	base := f.srv.URL
 
-	steps(t, ctx, "opening the events page", chromedp.Navigate(base+"/events?node=node-c"))
-	waitJS(t, ctx, "the login form", byID("secret"))
-	steps(t, ctx, "log in", chromedp.SendKeys(chromedp.ID("secret"), testToken), chromedp.Submit(chromedp.ID("secret")))
+	logIn(t, ctx, base+"/events?node=node-c")
 	waitJS(t, ctx, "node-c's events, live", `document.querySelector('#event-list table.events') && document.getElementById('live-status').textContent.includes('connected')`)
 	evalJS[int](t, ctx, `window.__noReload = 5`)
 	rowsBefore := evalJS[int](t, ctx, `document.querySelectorAll('#event-list tbody tr').length`)

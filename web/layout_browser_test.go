@@ -62,21 +62,12 @@ const badgeCovers = `(() => {
 // the top and at the bottom of the page, and the node and events pages.
 func TestBrowserLayout(t *testing.T) {
 	ctx := newBrowser(t)
-	const total = 2048
-	f := newTestFleet(t, fleetOpts{total: total, maxConc: 4, liveEvery: 100 * time.Millisecond})
-	var ids []string
-	for i := 0; i < 20; i++ {
-		ids = append(ids, fmt.Sprintf("node-%02d", i))
-	}
-	f.addNodes(128, ids...)
-	f.settle(ids...)
+	f, ids := browserFleet(t, 4)
 	grantIdentifies(t, f, 3)
 	base := f.srv.URL
 	out := artifactDir(t)
 
-	steps(t, ctx, "opening the dashboard", chromedp.Navigate(base+"/"))
-	waitJS(t, ctx, "the login form", byID("secret"))
-	steps(t, ctx, "log in", chromedp.SendKeys(chromedp.ID("secret"), testToken), chromedp.Submit(chromedp.ID("secret")))
+	logIn(t, ctx, base+"/")
 	waitJS(t, ctx, "the Identify table", `document.querySelector('#identify tbody tr')`)
 	waitJS(t, ctx, "live connection", `document.getElementById('live-status').textContent.includes('connected')`)
 	if rows := evalJS[int](t, ctx, `document.querySelectorAll('#identify tbody tr').length`); rows != 4 {
