@@ -23,10 +23,10 @@ import (
 )
 
 // Live updates: every open page subscribes to a topic (fleet, nodes in
-// one sort order, one node, the newest events of one filter). Once per LiveEvery the hub renders each topic
-// that has subscribers once, with the same components as the page, and
-// sends each subscriber the parts whose HTML changed, as one server-sent
-// event:
+// one sort order, one node, the newest events of one filter). Once per
+// LiveEvery the hub renders each topic that has subscribers once, with the
+// same components as the page, and sends each subscriber the parts whose
+// HTML changed, as one server-sent event:
 //
 //	event: update
 //	data: {"now":1732900000000,"parts":{"totals":"<section id=\"totals\"…"}}

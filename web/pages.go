@@ -403,7 +403,6 @@ func (s *Server) eventList(ctx context.Context, v *view.Events, before int64) er
 		return err
 	}
 	v.Rows = BuildEventRows(evs, s.cfg.Now())
-	v.Older = ""
 	if len(evs) == eventPage {
 		older := eventFilter(v.Node, v.Kind)
 		older.Set("before", strconv.FormatInt(evs[len(evs)-1].ID, 10))
