@@ -13,8 +13,8 @@ import (
 // compares digests over thousands of cases (SelfTestDigests), and a layout
 // test compares ShardContext's offsets with the kernel's struc SHARD.
 
-// Kernel shard states as numbers (SHARD.state). The wire names are the
-// ShardState strings; KernelStateName maps one to the other.
+// Kernel shard states as numbers (SHARD.state). On the wire the kernel
+// sends their names, the ShardState strings.
 const (
 	KernelStateIdle     uint32 = 0 // slot not in use
 	KernelStateAssigned uint32 = 1
@@ -23,24 +23,6 @@ const (
 	KernelStateBackoff  uint32 = 4
 	KernelStateFatal    uint32 = 5
 )
-
-// KernelStateName returns the wire name of a kernel state number, or "" for
-// idle and unknown values.
-func KernelStateName(n uint32) ShardState {
-	switch n {
-	case KernelStateAssigned:
-		return ShardAssigned
-	case KernelStateStarting:
-		return ShardStarting
-	case KernelStateReady:
-		return ShardReady
-	case KernelStateBackoff:
-		return ShardBackoff
-	case KernelStateFatal:
-		return ShardFatal
-	}
-	return ""
-}
 
 // Shard flags (SHARD.flags).
 const (

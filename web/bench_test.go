@@ -82,8 +82,10 @@ func BenchmarkDashboard(b *testing.B) {
 		var wg sync.WaitGroup
 		client := &http.Client{Transport: &http.Transport{MaxConnsPerHost: benchDashboards * 2}}
 		for i := 0; i < benchDashboards; i++ {
+			// One session each: a session may hold only maxSessionStreams.
+			sid, _ := f.web.sess.create(time.Now())
 			req, _ := http.NewRequestWithContext(ctx, "GET", f.srv.URL+"/live?topic=fleet", nil)
-			req.AddCookie(cookie)
+			req.AddCookie(&http.Cookie{Name: sessionCookie, Value: sid})
 			resp, err := client.Do(req)
 			if err != nil {
 				b.Fatal(err)

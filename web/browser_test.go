@@ -141,6 +141,29 @@ func evalJS[T any](t *testing.T, ctx context.Context, expr string) T {
 	return v
 }
 
+// browserFleet is the browser tests' fleet: 20 nodes of capacity 128
+// (node-00…node-19) over 2,048 shards, settled, live updates every 100 ms.
+func browserFleet(t *testing.T, maxConc uint32) (*testFleet, []string) {
+	t.Helper()
+	f := newTestFleet(t, fleetOpts{total: 2048, maxConc: maxConc, liveEvery: 100 * time.Millisecond})
+	var ids []string
+	for i := 0; i < 20; i++ {
+		ids = append(ids, fmt.Sprintf("node-%02d", i))
+	}
+	f.addNodes(128, ids...)
+	f.settle(ids...)
+	return f, ids
+}
+
+// logIn opens url in the tab, which sends it to the login page, and logs
+// in with the admin token; the login page then sends it on to url.
+func logIn(t *testing.T, ctx context.Context, url string) {
+	t.Helper()
+	steps(t, ctx, "opening "+url, chromedp.Navigate(url))
+	waitJS(t, ctx, "the login form", byID("secret"))
+	steps(t, ctx, "log in", chromedp.SendKeys(chromedp.ID("secret"), testToken), chromedp.Submit(chromedp.ID("secret")))
+}
+
 func screenshot(t *testing.T, ctx context.Context, file string) {
 	t.Helper()
 	sctx, cancel := context.WithTimeout(ctx, browserWait)
@@ -163,13 +186,7 @@ func screenshot(t *testing.T, ctx context.Context, file string) {
 func TestBrowser(t *testing.T) {
 	ctx := newBrowser(t)
 	const total = 2048
-	f := newTestFleet(t, fleetOpts{total: total, maxConc: 16, liveEvery: 100 * time.Millisecond})
-	var ids []string
-	for i := 0; i < 20; i++ {
-		ids = append(ids, fmt.Sprintf("node-%02d", i))
-	}
-	f.addNodes(128, ids...)
-	f.settle(ids...)
+	f, ids := browserFleet(t, 16)
 	// A few shards in trouble, so the map shows every state.
 	f.mu.Lock()
 	f.state["5"], f.state["6"], f.state["300"] = appliance.ShardBackoff, appliance.ShardStarting, appliance.ShardFatal
@@ -179,9 +196,7 @@ func TestBrowser(t *testing.T) {
 	out := artifactDir(t)
 
 	// Log in; the login page sends us on to the fleet.
-	steps(t, ctx, "opening the dashboard", chromedp.Navigate(base+"/"))
-	waitJS(t, ctx, "the login form", byID("secret"))
-	steps(t, ctx, "log in", chromedp.SendKeys(chromedp.ID("secret"), testToken), chromedp.Submit(chromedp.ID("secret")))
+	logIn(t, ctx, base+"/")
 	waitJS(t, ctx, "the fleet page", byID("shardmap"))
 	if n := evalJS[int](t, ctx, `document.querySelectorAll('#shardmap .group[data-node^="node-"]').length`); n != len(ids) {
 		t.Fatalf("shard map shows %d node groups, want %d", n, len(ids))

@@ -3,7 +3,6 @@ package web
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"net/url"
 	"slices"
 	"strconv"
@@ -28,9 +27,35 @@ const MaxMapCells = 4096
 // groups as tiles rather than one headed row each.
 const CompactGroups = 48
 
-// stateOfCell converts a controller cell to a view state; the two enums
-// share their order (TestStateOrder checks it).
-func stateOfCell(c controller.ShardCell) view.State { return view.State(c) }
+// viewState maps what a node reported for a shard it holds to the
+// dashboard's state; "" (no per-shard status) shows as held. ok is false
+// for a state this mapping does not know (TestEveryShardStateMapped fails
+// on one; the page shows it as held).
+func viewState(reported appliance.ShardState) (v view.State, ok bool) {
+	switch reported {
+	case appliance.ShardReady:
+		return view.Ready, true
+	case appliance.ShardStarting:
+		return view.Starting, true
+	case appliance.ShardBackoff:
+		return view.Backoff, true
+	case appliance.ShardFatal:
+		return view.Fatal, true
+	case appliance.ShardAssigned, "":
+		return view.Held, true
+	}
+	return view.Held, false
+}
+
+// stateOfFact is the view state of a shard in a node's range: pending
+// until the node holds it, then what the node reported.
+func stateOfFact(f controller.ShardFact) view.State {
+	if !f.Held {
+		return view.Pending
+	}
+	v, _ := viewState(f.Reported())
+	return v
+}
 
 // mapBlockSize is the number of shards per cell for total shards: 1 up to
 // MaxMapCells, then the smallest power of two that fits.
@@ -53,18 +78,23 @@ func BuildShardMap(m controller.ShardMapView, now time.Time) view.ShardMap {
 		if g.Count == 0 {
 			return
 		}
-		vg := view.MapGroup{NodeID: g.NodeID, Start: g.Start, End: g.Start + g.Count - 1, Draining: g.Draining}
+		vg := view.MapGroup{NodeID: g.NodeID, Start: g.Start, End: g.Start + g.Count - 1,
+			Range: controller.Range{Start: g.Start, Count: g.Count}.String(), Draining: g.Draining}
 		if g.NodeID != "" {
 			vg.Href = "/nodes/" + url.PathEscape(g.NodeID)
 		}
 		bs := out.BlockSize
+		owned := g.NodeID != ""
 		vg.Cells = make([]view.State, 0, (g.Count+bs-1)/bs)
 		end := g.Start + g.Count
 		for s := g.Start; s < end; s += bs {
 			hi := min(end, s+bs)
 			worst := view.Ready
 			for i := s; i < hi; i++ {
-				st := stateOfCell(m.Cells[i])
+				st := view.Unowned
+				if owned {
+					st = stateOfFact(m.Shards[i])
+				}
 				vg.Counts[st]++
 				if st > worst {
 					worst = st
@@ -92,17 +122,6 @@ func BuildShardMap(m controller.ShardMapView, now time.Time) view.ShardMap {
 	return out
 }
 
-// rangeText formats a node's range: "0–511", "7", or "none".
-func rangeText(start, count uint32) string {
-	switch count {
-	case 0:
-		return "none"
-	case 1:
-		return strconv.FormatUint(uint64(start), 10)
-	}
-	return fmt.Sprintf("%d–%d", start, start+count-1)
-}
-
 // nodeStatus names a node's standing.
 func nodeStatus(n controller.NodeView) string {
 	switch {
@@ -120,7 +139,7 @@ func nodeStatus(n controller.NodeView) string {
 func BuildNodeRow(n controller.NodeView, boot BootSummary, now time.Time) view.NodeRow {
 	r := view.NodeRow{ID: n.ID, Href: "/nodes/" + url.PathEscape(n.ID), MAC: boot.MAC, IP: boot.IP, Firmware: boot.Firmware,
 		BootStage: boot.LastStage, Address: n.Address, Capacity: n.Capacity,
-		Range: rangeText(n.RangeStart, n.RangeCount), RangeStart: n.RangeStart, RangeCount: n.RangeCount,
+		Range: controller.Range{Start: n.RangeStart, Count: n.RangeCount}.String(), RangeStart: n.RangeStart, RangeCount: n.RangeCount,
 		Ready: n.ReadyShards, Starting: n.StartingShards, Backoff: n.BackoffShards, Fatal: n.FatalShards, Pending: n.Pending,
 		Status: nodeStatus(n), Live: n.Live, Draining: n.Draining,
 		Lease:       view.Countdown{Deadline: n.LeaseDeadline, Now: now},
@@ -184,10 +203,7 @@ func BuildIdentify(acts []controller.BucketActivity, window time.Duration, now t
 	busiest := 0
 	for i := 0; i < len(acts); i += per {
 		hi := min(len(acts), i+per)
-		bar := view.BucketBar{Label: fmt.Sprintf("%d", i)}
-		if hi-i > 1 {
-			bar.Label = fmt.Sprintf("%d–%d", i, hi-1)
-		}
+		bar := view.BucketBar{Label: controller.Range{Start: uint32(i), Count: uint32(hi - i)}.String()}
 		var last time.Time
 		for _, a := range acts[i:hi] {
 			bar.Granted += a.Granted
@@ -254,21 +270,6 @@ func closeText(code uint16) string {
 	return ""
 }
 
-// stateOfReport maps a reported state to a view state.
-func stateOfReport(s appliance.ShardState) view.State {
-	switch s {
-	case appliance.ShardReady:
-		return view.Ready
-	case appliance.ShardStarting:
-		return view.Starting
-	case appliance.ShardBackoff:
-		return view.Backoff
-	case appliance.ShardFatal:
-		return view.Fatal
-	}
-	return view.Held
-}
-
 // BuildShardRows lists a node's shards: its range (state from the shard
 // map) and any shard it reported on outside it (being released). Shards
 // with a pending restart request are marked.
@@ -292,12 +293,13 @@ func BuildShardRows(d controller.NodeDetail, m controller.ShardMapView) ([]view.
 		rows = append(rows, r)
 	}
 	if d.Live {
-		for s := d.RangeStart; s < d.RangeStart+d.RangeCount && s < uint32(len(m.Cells)); s++ {
-			addRow(s, stateOfCell(m.Cells[s]))
+		for s := d.RangeStart; s < d.RangeStart+d.RangeCount && s < uint32(len(m.Shards)); s++ {
+			addRow(s, stateOfFact(m.Shards[s]))
 		}
 		for _, st := range d.Shards {
 			if !seen[st.ID] {
-				addRow(st.ID, stateOfReport(st.State))
+				v, _ := viewState(st.State)
+				addRow(st.ID, v)
 			}
 		}
 	}
@@ -322,7 +324,7 @@ func FatalInRange(d controller.NodeDetail, rows []view.ShardRow) []view.ShardRow
 func BuildEventRows(evs []store.Event, now time.Time) []view.EventRow {
 	out := make([]view.EventRow, 0, len(evs))
 	for _, e := range evs {
-		r := view.EventRow{ID: e.ID, At: view.Stamp(e.At), Ago: view.Ago(now, e.At), Kind: e.Kind, NodeID: e.NodeID, Detail: e.Detail}
+		r := view.EventRow{ID: e.ID, At: view.Stamp(e.At), When: view.Moment{At: e.At, Now: now}, Kind: e.Kind, NodeID: e.NodeID, Detail: e.Detail}
 		if e.ShardID != nil {
 			r.Shard = strconv.FormatUint(uint64(*e.ShardID), 10)
 		}
@@ -336,7 +338,7 @@ func BuildEventRows(evs []store.Event, now time.Time) []view.EventRow {
 // its own policy, the view only words it.
 func BuildDrainConfirm(p controller.DrainPreview) (moves []view.Move, leaving, strands, allMoved uint32) {
 	for _, m := range p.Moves {
-		moves = append(moves, view.Move{From: m.From, To: m.To, Range: rangeText(m.Start, m.Count), Count: m.Count})
+		moves = append(moves, view.Move{From: m.From, To: m.To, Range: controller.Range{Start: m.Start, Count: m.Count}.String(), Count: m.Count})
 	}
 	return moves, p.Leaving, p.Strands, p.Moved
 }

@@ -8,27 +8,50 @@ import (
 	"testing"
 	"time"
 
+	"github.com/discord-pxe/dpxe/appliance"
 	"github.com/discord-pxe/dpxe/fleet/controller"
 	"github.com/discord-pxe/dpxe/web/view"
 )
 
-// TestStateOrder pins the controller's cell states to the view's, which
-// stateOfCell converts by value.
-func TestStateOrder(t *testing.T) {
-	pairs := []struct {
-		c controller.ShardCell
-		v view.State
+// TestEveryShardStateMapped: every state a node can report maps to a view
+// state on purpose (a state added to appliance.ShardStates without a case
+// in viewState fails here), each view state is reached by exactly the
+// facts meant for it, and a state nobody knows is flagged.
+func TestEveryShardStateMapped(t *testing.T) {
+	want := map[appliance.ShardState]view.State{
+		appliance.ShardAssigned: view.Held, appliance.ShardStarting: view.Starting, appliance.ShardReady: view.Ready,
+		appliance.ShardBackoff: view.Backoff, appliance.ShardFatal: view.Fatal,
+	}
+	for _, s := range appliance.ShardStates {
+		v, ok := viewState(s)
+		if !ok {
+			t.Errorf("shard state %s has no view state: add it to viewState", s)
+			continue
+		}
+		if w, listed := want[s]; !listed || v != w {
+			t.Errorf("shard state %s shows as %s, want %s", s, v.Name(), w.Name())
+		}
+	}
+	if len(want) != len(appliance.ShardStates) {
+		t.Errorf("this test lists %d states, appliance has %d", len(want), len(appliance.ShardStates))
+	}
+	if v, ok := viewState(""); !ok || v != view.Held {
+		t.Errorf("no per-shard status shows as %s (%v), want ASSIGNED", v.Name(), ok)
+	}
+	if _, ok := viewState("ZOMBIE"); ok {
+		t.Error("an unknown state counts as mapped")
+	}
+	for _, tc := range []struct {
+		f    controller.ShardFact
+		want view.State
 	}{
-		{controller.CellReady, view.Ready}, {controller.CellAssigned, view.Held}, {controller.CellStarting, view.Starting},
-		{controller.CellPending, view.Pending}, {controller.CellBackoff, view.Backoff}, {controller.CellFatal, view.Fatal},
-		{controller.CellUnowned, view.Unowned},
-	}
-	if int(controller.NumCells) != int(view.NumStates) || len(pairs) != int(view.NumStates) {
-		t.Fatalf("controller has %d cell states, view %d", controller.NumCells, view.NumStates)
-	}
-	for _, p := range pairs {
-		if got := stateOfCell(p.c); got != p.v {
-			t.Errorf("cell %d → %s, want %s", p.c, got.Name(), p.v.Name())
+		{controller.NewShardFact(false, ""), view.Pending},
+		{controller.NewShardFact(false, appliance.ShardReady), view.Pending},
+		{controller.NewShardFact(true, ""), view.Held},
+		{controller.NewShardFact(true, appliance.ShardFatal), view.Fatal},
+	} {
+		if got := stateOfFact(tc.f); got != tc.want {
+			t.Errorf("fact %+v shows as %s, want %s", tc.f, got.Name(), tc.want.Name())
 		}
 	}
 }
@@ -43,20 +66,20 @@ func TestMapBlockSize(t *testing.T) {
 	}
 }
 
+// ready is the fact of a held shard reported READY.
+var ready = controller.NewShardFact(true, appliance.ShardReady)
+
 // mapOf makes a shard map of total shards with the given groups, every
-// grouped shard READY, the rest unowned, then applies overrides.
-func mapOf(total uint32, groups []controller.ShardGroup, set map[uint32]controller.ShardCell) controller.ShardMapView {
-	m := controller.ShardMapView{Total: total, Groups: groups, Cells: make([]controller.ShardCell, total)}
-	for i := range m.Cells {
-		m.Cells[i] = controller.CellUnowned
-	}
+// grouped shard held and READY, the rest unowned, then applies overrides.
+func mapOf(total uint32, groups []controller.ShardGroup, set map[uint32]controller.ShardFact) controller.ShardMapView {
+	m := controller.ShardMapView{Total: total, Groups: groups, Shards: make([]controller.ShardFact, total)}
 	for _, g := range groups {
 		for s := g.Start; s < g.Start+g.Count; s++ {
-			m.Cells[s] = controller.CellReady
+			m.Shards[s] = ready
 		}
 	}
-	for s, c := range set {
-		m.Cells[s] = c
+	for s, f := range set {
+		m.Shards[s] = f
 	}
 	return m
 }
@@ -65,7 +88,7 @@ func TestBuildShardMap(t *testing.T) {
 	now := time.Now()
 	t.Run("one cell per shard with gaps", func(t *testing.T) {
 		m := BuildShardMap(mapOf(10, []controller.ShardGroup{{NodeID: "b", Start: 2, Count: 3}, {NodeID: "a", Start: 5, Count: 2, Draining: true}},
-			map[uint32]controller.ShardCell{3: controller.CellPending}), now)
+			map[uint32]controller.ShardFact{3: {Held: false}}), now)
 		if m.BlockSize != 1 {
 			t.Fatalf("block size %d", m.BlockSize)
 		}
@@ -81,7 +104,7 @@ func TestBuildShardMap(t *testing.T) {
 		if strings.Join(got, " ") != strings.Join(want, " ") {
 			t.Fatalf("groups %v, want %v", got, want)
 		}
-		if !m.Groups[2].Draining || m.Groups[1].Href != "/nodes/b" || m.Groups[1].End != 4 {
+		if !m.Groups[2].Draining || m.Groups[1].Href != "/nodes/b" || m.Groups[1].End != 4 || m.Groups[1].Range != "2-4" {
 			t.Fatalf("group fields: %+v", m.Groups[1:3])
 		}
 		if m.Counts[view.Ready] != 4 || m.Counts[view.Pending] != 1 || m.Counts[view.Unowned] != 5 {
@@ -95,8 +118,9 @@ func TestBuildShardMap(t *testing.T) {
 		for i := uint32(0); i < 1000; i++ {
 			groups = append(groups, controller.ShardGroup{NodeID: "n" + string(rune('a'+i%26)), Start: i * per, Count: per})
 		}
-		m := BuildShardMap(mapOf(total, groups, map[uint32]controller.ShardCell{
-			33: controller.CellStarting, 40: controller.CellFatal, 41: controller.CellBackoff}), now)
+		m := BuildShardMap(mapOf(total, groups, map[uint32]controller.ShardFact{
+			33: controller.NewShardFact(true, appliance.ShardStarting), 40: controller.NewShardFact(true, appliance.ShardFatal),
+			41: controller.NewShardFact(true, appliance.ShardBackoff)}), now)
 		if m.BlockSize != 32 {
 			t.Fatalf("block size %d", m.BlockSize)
 		}
@@ -132,7 +156,7 @@ func TestBuildDrainConfirm(t *testing.T) {
 	p := controller.DrainPreview{NodeID: "a", Live: true, RangeStart: 0, RangeCount: 8, Leaving: 8, Moved: 16, Strands: 8,
 		Moves: []controller.ShardMove{{From: "a", To: "b", Start: 0, Count: 8}, {From: "b", To: "", Start: 8, Count: 8}}}
 	moves, leaving, strands, all := BuildDrainConfirm(p)
-	want := []view.Move{{From: "a", To: "b", Range: "0–7", Count: 8}, {From: "b", To: "", Range: "8–15", Count: 8}}
+	want := []view.Move{{From: "a", To: "b", Range: "0-7", Count: 8}, {From: "b", To: "", Range: "8-15", Count: 8}}
 	if !slices.Equal(moves, want) || leaving != 8 || strands != 8 || all != 16 {
 		t.Fatalf("moves %+v leaving %d strands %d all %d", moves, leaving, strands, all)
 	}
@@ -179,7 +203,7 @@ func TestBuildIdentify(t *testing.T) {
 	acts[0].Granted, acts[5].Refused, acts[63].Granted = 4, 2, 1
 	acts[63].LastGrant = now.Add(-3 * time.Second)
 	v := BuildIdentify(acts, 10*time.Minute, now)
-	if len(v.Bars) != maxBucketRows || v.Bars[0].Label != "0–3" || v.Bars[15].Label != "60–63" {
+	if len(v.Bars) != maxBucketRows || v.Bars[0].Label != "0-3" || v.Bars[15].Label != "60-63" {
 		t.Fatalf("bars %+v", v.Bars)
 	}
 	if v.Granted != 5 || v.Refused != 2 || v.Bars[0].Width != 100 || v.Bars[1].Width != 50 || v.Bars[15].LastGrant.Text() != "3 s ago" || v.Bars[2].LastGrant.Text() != "never" {

@@ -9,27 +9,28 @@ import (
 )
 
 // TestControllerShardMap checks the controller's read-only shard map (in
-// fleet/controller/view.go) through a drain and its hand-off.
+// fleet/controller/dashboard_views.go) through a drain and its hand-off.
 func TestControllerShardMap(t *testing.T) {
 	f := seeded(t, nil)
 	ctx := context.Background()
-	count := func(m controller.ShardMapView) map[controller.ShardCell]int {
-		out := map[controller.ShardCell]int{}
-		for _, c := range m.Cells {
-			out[c]++
+	ready := controller.NewShardFact(true, appliance.ShardReady)
+	count := func(m controller.ShardMapView) map[controller.ShardFact]int {
+		out := map[controller.ShardFact]int{}
+		for _, f := range m.Shards {
+			out[f]++
 		}
 		return out
 	}
 	m := f.ctrl.ShardMap()
-	if c := count(m); c[controller.CellReady] != 64 || len(m.Groups) != 3 {
+	if c := count(m); c[ready] != 64 || len(m.Groups) != 3 {
 		t.Fatalf("settled fleet: %v, %d groups", c, len(m.Groups))
 	}
 	f.mu.Lock()
 	f.state["1"] = appliance.ShardFatal
 	f.mu.Unlock()
 	f.checkin("node-a")
-	if m := f.ctrl.ShardMap(); m.Cells[1] != controller.CellFatal || m.Cells[0] != controller.CellReady {
-		t.Fatalf("reported FATAL: cells %v", m.Cells[:4])
+	if m := f.ctrl.ShardMap(); m.Shards[1] != controller.NewShardFact(true, appliance.ShardFatal) || m.Shards[0] != ready {
+		t.Fatalf("reported FATAL: facts %+v", m.Shards[:4])
 	}
 	f.mu.Lock()
 	f.state["1"] = appliance.ShardReady
@@ -46,18 +47,18 @@ func TestControllerShardMap(t *testing.T) {
 		}
 	}
 	for s := b.RangeStart; s < b.RangeStart+b.RangeCount; s++ {
-		if m.Cells[s] != controller.CellPending {
-			t.Fatalf("shard %d of the drained node is %d, want pending until released", s, m.Cells[s])
+		if m.Shards[s].Held {
+			t.Fatalf("shard %d of the drained node is %+v, want pending (not held) until released", s, m.Shards[s])
 		}
 	}
 	// The others take their new shards only after node-b releases them.
 	f.checkin("node-a")
 	f.checkin("node-c")
-	if m := f.ctrl.ShardMap(); m.Cells[b.RangeStart] != controller.CellPending {
+	if m := f.ctrl.ShardMap(); m.Shards[b.RangeStart].Held {
 		t.Fatal("shard granted before its previous owner released it")
 	}
 	f.settle("node-a", "node-b", "node-c")
-	if c := count(f.ctrl.ShardMap()); c[controller.CellReady] != 64 {
+	if c := count(f.ctrl.ShardMap()); c[ready] != 64 {
 		t.Fatalf("after the hand-off: %v", c)
 	}
 }

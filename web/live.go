@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,16 +16,17 @@ import (
 
 	"github.com/a-h/templ"
 
+	"github.com/discord-pxe/dpxe/fleet/controller"
 	"github.com/discord-pxe/dpxe/fleet/security"
 	"github.com/discord-pxe/dpxe/web/templates"
 	"github.com/discord-pxe/dpxe/web/view"
 )
 
 // Live updates: every open page subscribes to a topic (fleet, nodes in
-// one sort order, one node). Once per LiveEvery the hub renders each topic
-// that has subscribers once, with the same components as the page, and
-// sends each subscriber the parts whose HTML changed, as one server-sent
-// event:
+// one sort order, one node, the newest events of one filter). Once per
+// LiveEvery the hub renders each topic that has subscribers once, with the
+// same components as the page, and sends each subscriber the parts whose
+// HTML changed, as one server-sent event:
 //
 //	event: update
 //	data: {"now":1732900000000,"parts":{"totals":"<section id=\"totals\"…"}}
@@ -290,6 +292,12 @@ func topicKey(q url.Values) (string, bool) {
 		if id := q.Get("id"); id != "" {
 			return "node\x00" + id, true
 		}
+	case "events":
+		node, kind := q.Get("node"), q.Get("kind")
+		if kind != "" && !slices.Contains(controller.EventKinds, kind) {
+			return "", false
+		}
+		return "events\x00" + eventFilter(node, kind).Encode(), true
 	}
 	return "", false
 }
@@ -343,6 +351,16 @@ func (s *Server) renderTopic(ctx context.Context, key string) (rendered, error) 
 		coarse["node-summary"] = templates.NodeSummary(v)
 		coarse["node-actions"] = templates.NodeActions(v)
 		coarse["node-shards"] = templates.NodeShards(v)
+	case "events":
+		q, _ := url.ParseQuery(rest)
+		v := view.Events{Node: q.Get("node"), Kind: q.Get("kind")}
+		if err := s.eventList(ctx, &v, 0); err != nil {
+			return rendered{}, err
+		}
+		for i := range v.Rows {
+			v.Rows[i].When.Stable = true
+		}
+		coarse["event-list"] = templates.EventList(v)
 	default:
 		return rendered{}, fmt.Errorf("unknown topic %q", key)
 	}
@@ -384,7 +402,7 @@ func (s *Server) renderTopic(ctx context.Context, key string) (rendered, error) 
 func (s *Server) live(w http.ResponseWriter, r *http.Request) {
 	key, ok := topicKey(r.URL.Query())
 	if !ok {
-		http.Error(w, "live: topic must be fleet, nodes, or node with id", http.StatusBadRequest)
+		http.Error(w, "live: topic must be fleet, nodes, node with id, or events (with a known kind, if any)", http.StatusBadRequest)
 		return
 	}
 	// A node's topic is checked once, here: a stream for a node that does

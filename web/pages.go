@@ -264,7 +264,7 @@ func (s *Server) drainConfirm(drain bool) http.HandlerFunc {
 			title = "Drain " + id
 		}
 		v := view.DrainConfirm{Page: s.page(r, title, "nodes"), NodeID: id, Drain: drain, Live: d.Live,
-			Range: rangeText(d.RangeStart, d.RangeCount), Count: d.RangeCount, Already: d.Draining}
+			Range: controller.Range{Start: d.RangeStart, Count: d.RangeCount}.String(), Count: d.RangeCount, Already: d.Draining}
 		if drain {
 			p, err := s.cfg.Controller.PreviewDrain(id)
 			if err != nil {
@@ -289,7 +289,7 @@ func (s *Server) drain(on bool) http.HandlerFunc {
 			p, err = s.cfg.Controller.Drain(r.Context(), id, r.PostFormValue("strand") == "yes")
 			if errors.Is(err, controller.ErrDrainStrands) {
 				v := view.DrainConfirm{Page: s.page(r, "Drain "+id, "nodes"), NodeID: id, Drain: true, Live: p.Live,
-					Range: rangeText(p.RangeStart, p.RangeCount), Count: p.RangeCount,
+					Range: controller.Range{Start: p.RangeStart, Count: p.RangeCount}.String(), Count: p.RangeCount,
 					Refused: fmt.Sprintf("Not drained: %d shards would have no owner. Tick the box to drain anyway, or add capacity first.", p.Strands)}
 				v.Moves, v.Leaving, v.Strands, v.AllMoved = BuildDrainConfirm(p)
 				s.render(w, r, http.StatusConflict, templates.DrainConfirmPage(v))
@@ -385,6 +385,35 @@ func (s *Server) guild(w http.ResponseWriter, r *http.Request) {
 // eventPage is the number of audit-log entries per events page.
 const eventPage = 100
 
+// eventFilter is the events page's filter as a query: node and kind,
+// only those set.
+func eventFilter(node, kind string) url.Values {
+	q := url.Values{}
+	if node != "" {
+		q.Set("node", node)
+	}
+	if kind != "" {
+		q.Set("kind", kind)
+	}
+	return q
+}
+
+// eventList fills v's rows and older-page link: the entries of v's filter
+// before the entry ID before (0: the newest).
+func (s *Server) eventList(ctx context.Context, v *view.Events, before int64) error {
+	evs, err := s.cfg.Controller.EventLog(ctx, controller.EventFilter{NodeID: v.Node, Kind: v.Kind, Before: before, Limit: eventPage})
+	if err != nil {
+		return err
+	}
+	v.Rows = BuildEventRows(evs, s.cfg.Now())
+	if len(evs) == eventPage {
+		older := eventFilter(v.Node, v.Kind)
+		older.Set("before", strconv.FormatInt(evs[len(evs)-1].ID, 10))
+		v.Older = "/events?" + older.Encode()
+	}
+	return nil
+}
+
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	v := view.Events{Page: s.page(r, "Events", "events"), Node: q.Get("node"), Kind: q.Get("kind"), Kinds: controller.EventKinds}
@@ -404,22 +433,16 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			before = n
 		}
 	}
-	evs, err := s.cfg.Controller.EventLog(r.Context(), controller.EventFilter{NodeID: v.Node, Kind: v.Kind, Before: before, Limit: eventPage})
-	if err != nil {
+	if err := s.eventList(r.Context(), &v, before); err != nil {
 		s.controllerProblem(w, r, err)
 		return
 	}
-	v.Rows = BuildEventRows(evs, s.cfg.Now())
-	if len(evs) == eventPage {
-		older := url.Values{}
-		if v.Node != "" {
-			older.Set("node", v.Node)
-		}
-		if v.Kind != "" {
-			older.Set("kind", v.Kind)
-		}
-		older.Set("before", strconv.FormatInt(evs[len(evs)-1].ID, 10))
-		v.Older = "/events?" + older.Encode()
+	// The newest entries update live; a page of older ones stays as it is
+	// (nothing new ever lands there).
+	if before == 0 {
+		lq := eventFilter(v.Node, v.Kind)
+		lq.Set("topic", "events")
+		v.Live = "/live?" + lq.Encode()
 	}
 	s.render(w, r, http.StatusOK, templates.EventsPage(v))
 }

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/discord-pxe/dpxe/appliance"
@@ -15,22 +16,6 @@ import (
 // Store.EventLog).
 // They are tested in web/controllerviews_test.go.
 
-// ShardCell is the dashboard's state of one global shard.
-type ShardCell uint8
-
-// Shard map states, ordered from least to most in need of attention
-// (CellUnowned aside): an aggregated cell shows the highest it contains.
-const (
-	CellReady    ShardCell = iota // its owner reports READY
-	CellAssigned                  // held by its owner, no per-shard status (or ASSIGNED)
-	CellStarting                  // its owner reports STARTING
-	CellPending                   // in a node's range, not yet held by it (hand-off)
-	CellBackoff                   // its owner reports BACKOFF
-	CellFatal                     // its owner reports FATAL
-	CellUnowned                   // in no live node's range
-	NumCells
-)
-
 // ShardGroup is one node's contiguous range in the shard map.
 type ShardGroup struct {
 	NodeID   string
@@ -39,56 +24,66 @@ type ShardGroup struct {
 	Draining bool
 }
 
-// ShardMapView is every shard's state at one instant, with the plan's
-// ranges. Cells has one entry per shard.
+// ShardFact is what the controller knows of one global shard in a node's
+// range: whether that node holds it, and what it last reported of it.
+// How the facts look (states, colours, attention order) is the
+// dashboard's business: web maps them to its own view states.
+//
+// A fact is two bytes without pointers (a 131,072-shard map is 256 KiB
+// the garbage collector need not scan): the reported state is kept as
+// its place in appliance.ShardStates and read back with Reported.
+type ShardFact struct {
+	// Held says the node whose range has the shard holds it (may run
+	// it); false means the hand-off from its previous owner is pending.
+	Held     bool
+	reported uint8 // 1 + index in appliance.ShardStates; 0: none
+}
+
+// Reported is the state the holder last reported for the shard: "" when
+// it reported none (nodes that send counts only) or does not hold it.
+func (f ShardFact) Reported() appliance.ShardState {
+	if f.reported == 0 || int(f.reported) > len(appliance.ShardStates) {
+		return ""
+	}
+	return appliance.ShardStates[f.reported-1]
+}
+
+// NewShardFact makes the fact of a shard whose node holds it or not and
+// last reported it in state reported ("" for none; a state outside
+// appliance.ShardStates counts as none).
+func NewShardFact(held bool, reported appliance.ShardState) ShardFact {
+	return ShardFact{Held: held, reported: uint8(slices.Index(appliance.ShardStates, reported) + 1)}
+}
+
+// ShardMapView is every shard at one instant, with the plan's ranges.
+// Shards has one entry per shard; shards outside every group have no
+// owner and a zero ShardFact.
 type ShardMapView struct {
 	Generation uint64
 	Total      uint32
 	Groups     []ShardGroup // in shard order; shards outside them are unowned
-	Cells      []ShardCell
+	Shards     []ShardFact
 }
 
-// cellOf maps a reported shard state to its cell.
-func cellOf(s appliance.ShardState) ShardCell {
-	switch s {
-	case appliance.ShardReady:
-		return CellReady
-	case appliance.ShardStarting:
-		return CellStarting
-	case appliance.ShardBackoff:
-		return CellBackoff
-	case appliance.ShardFatal:
-		return CellFatal
-	}
-	return CellAssigned
-}
-
-// ShardMap returns the state of every shard. It costs O(shards + nodes)
+// ShardMap returns the facts of every shard. It costs O(shards + nodes)
 // under the controller's lock.
 func (c *Controller) ShardMap() ShardMapView {
 	t := c.now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.sweepLocked(t)
-	v := ShardMapView{Generation: c.gen, Total: c.cfg.TotalShards, Cells: make([]ShardCell, c.cfg.TotalShards)}
-	for i := range v.Cells {
-		v.Cells[i] = CellUnowned
-	}
+	v := ShardMapView{Generation: c.gen, Total: c.cfg.TotalShards, Shards: make([]ShardFact, c.cfg.TotalShards)}
 	for _, n := range c.live {
 		if n.plan.Count == 0 {
 			continue
 		}
 		v.Groups = append(v.Groups, ShardGroup{NodeID: n.id, Start: n.plan.Start, Count: n.plan.Count, Draining: n.draining})
 		for s := n.plan.Start; s < n.plan.Start+n.plan.Count; s++ {
-			if c.holder[s] == n {
-				v.Cells[s] = CellAssigned
-			} else {
-				v.Cells[s] = CellPending
-			}
+			v.Shards[s].Held = c.holder[s] == n
 		}
 		for _, st := range n.status {
 			if st.ID < c.cfg.TotalShards && n.plan.Contains(st.ID) && c.holder[st.ID] == n {
-				v.Cells[st.ID] = cellOf(st.State)
+				v.Shards[st.ID] = NewShardFact(true, st.State)
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -19,6 +20,19 @@ type Range struct {
 
 // Contains reports whether shard s is in r.
 func (r Range) Contains(s uint32) bool { return s >= r.Start && s-r.Start < r.Count }
+
+// String is the range as operators read it everywhere (dashboard, logs,
+// errors, the held-shards text): "16-31", "16" for one shard, "none" for
+// an empty range.
+func (r Range) String() string {
+	switch r.Count {
+	case 0:
+		return "none"
+	case 1:
+		return strconv.FormatUint(uint64(r.Start), 10)
+	}
+	return strconv.FormatUint(uint64(r.Start), 10) + "-" + strconv.FormatUint(uint64(r.Start)+uint64(r.Count)-1, 10)
+}
 
 // Rebalance computes the shard plan of seed 004 for members, which must be
 // sorted by ID with no duplicates (step 1). It returns one range per member,

@@ -144,6 +144,32 @@ func TestHeldEncoding(t *testing.T) {
 	}
 }
 
+// TestRangeString: the one way a range is written, the same as the
+// held-shards text of the range's shards.
+func TestRangeString(t *testing.T) {
+	for _, c := range []struct {
+		r    Range
+		text string
+	}{
+		{Range{}, "none"}, {Range{Start: 9}, "none"}, {Range{Start: 7, Count: 1}, "7"},
+		{Range{Start: 0, Count: 512}, "0-511"}, {Range{Start: 131000, Count: 72}, "131000-131071"},
+	} {
+		if got := c.r.String(); got != c.text {
+			t.Errorf("%#v.String() = %q, want %q", c.r, got, c.text)
+		}
+		if c.r.Count == 0 {
+			continue
+		}
+		ids := make([]uint32, c.r.Count)
+		for i := range ids {
+			ids[i] = c.r.Start + uint32(i)
+		}
+		if held := encodeHeld(ids); held != c.text {
+			t.Errorf("%#v: held text %q, range text %q", c.r, held, c.text)
+		}
+	}
+}
+
 // BenchmarkRebalance measures one rebalance of 10,000 nodes over 131,072
 // shards (issue 3 target: under 50 ms), beside sorting the same members,
 // the unavoidable peer cost of seed step 1.

@@ -132,7 +132,7 @@ func (c *Controller) RestartFatal(ctx context.Context, id string, only []uint32)
 			st := statusOf(s)
 			switch {
 			case !n.plan.Contains(s):
-				why = "it is not in the node's assignment (" + rangeText(n.plan) + ")"
+				why = "it is not in the node's assignment (" + n.plan.String() + ")"
 			case !c.runsLocked(n, s):
 				why = "its previous holder has not released it yet (hand-off pending)"
 			case st == nil:
@@ -186,17 +186,6 @@ func (c *Controller) liveNodeLocked(id string) (*node, error) {
 // may be running it.
 func (c *Controller) runsLocked(n *node, s uint32) bool {
 	return n.plan.Contains(s) && s < uint32(len(c.holder)) && c.holder[s] == n
-}
-
-// rangeText is a range as the operator reads it: "16-31", "16" or "none".
-func rangeText(r Range) string {
-	switch r.Count {
-	case 0:
-		return "none"
-	case 1:
-		return fmt.Sprint(r.Start)
-	}
-	return fmt.Sprintf("%d-%d", r.Start, r.Start+r.Count-1)
 }
 
 // restartsLocked is the restart_shards of n's next answer: its pending

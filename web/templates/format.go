@@ -1,6 +1,6 @@
 // Package templates holds the dashboard's templ components. Each component
 // renders one view model from web/view; the handlers in web choose which.
-// Run `go tool templ generate -path templates` after editing a .templ file.
+// Run `go tool templ generate -path web/templates` after editing a .templ file.
 package templates
 
 import (
@@ -13,10 +13,9 @@ import (
 	"github.com/discord-pxe/dpxe/web/view"
 )
 
-func itoa(v int) string      { return strconv.Itoa(v) }
-func itoa64(v int64) string  { return strconv.FormatInt(v, 10) }
-func utoa(v uint32) string   { return strconv.FormatUint(uint64(v), 10) }
-func utoa64(v uint64) string { return strconv.FormatUint(v, 10) }
+func itoa(v int) string     { return strconv.Itoa(v) }
+func itoa64(v int64) string { return strconv.FormatInt(v, 10) }
+func utoa(v uint32) string  { return strconv.FormatUint(uint64(v), 10) }
 
 // fatalWhy says why a FATAL shard stopped, as far as its node reported:
 // " closed with 4004 authentication failed (fatal), last error: ...".

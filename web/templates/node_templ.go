@@ -1242,7 +1242,7 @@ func DrainConfirmPage(v view.DrainConfirm) templ.Component {
 					}
 				}
 				if v.Count > 0 && !v.Already {
-					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 109, "<p>Each moving shard stays pending on its new node until its old node releases it or its lease expires, so a shard never runs twice; its session resumes on the new node (no new Identify).</p>")
+					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 109, "<p>Each moving shard stays pending on its new node until its old node releases it or its lease expires, so a shard never runs twice; its session resumes on the new node, with no new Identify (only a Resume that fails falls back to one).</p>")
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}

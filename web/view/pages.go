@@ -52,6 +52,7 @@ type MapGroup struct {
 	Href     string
 	Start    uint32
 	End      uint32 // last shard, inclusive
+	Range    string // "64-127", "7"
 	Draining bool
 	Counts   [NumStates]int
 	// Cells has one state per cell: one shard, or BlockSize shards shown
@@ -98,7 +99,7 @@ type NodeRow struct {
 	MAC, IP, Firmware, BootStage string
 	Address                      string // where it checked in from
 	Capacity                     uint32
-	Range                        string // "0–511", "none"
+	Range                        string // "0-511", "7", "none"
 	RangeStart, RangeCount       uint32
 	Ready, Starting, Backoff     int
 	Fatal, Pending               int
@@ -177,8 +178,8 @@ type Boot struct {
 // EventRow is one audit-log entry.
 type EventRow struct {
 	ID     int64
-	At     string
-	Ago    string
+	At     string // absolute, UTC
+	When   Moment // the same instant, shown as "3 min ago"
 	Kind   string
 	NodeID string
 	Shard  string

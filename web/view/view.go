@@ -85,15 +85,6 @@ func Stamp(t time.Time) string {
 // countdown script parses it.
 func ISO(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
 
-// Millis is t in Unix milliseconds as text (for data- attributes), "0" for
-// the zero time.
-func Millis(t time.Time) string {
-	if t.IsZero() {
-		return "0"
-	}
-	return strconv.FormatInt(t.UnixMilli(), 10)
-}
-
 // Countdown is a lease deadline shown as "in 23 s" and kept live by the
 // page script from its deadline.
 type Countdown struct {
