@@ -218,7 +218,7 @@ func runNodes(ctx context.Context, args []string) error {
 	for _, n := range out.Nodes {
 		rng := "-"
 		if n.RangeCount > 0 {
-			rng = rangeText(n.RangeStart, n.RangeCount)
+			rng = controller.Range{Start: n.RangeStart, Count: n.RangeCount}.String()
 		}
 		// A node whose lease ended runs nothing the controller knows of:
 		// its last counts would read as running shards.
@@ -463,7 +463,7 @@ func printNodeDetail(w io.Writer, v nodeShow, now time.Time) {
 	}
 	fmt.Fprintf(w, "node %s: %s, capacity %d, address %s\n", n.ID, state, n.Capacity, dash(n.Address))
 	if n.RangeCount > 0 {
-		fmt.Fprintf(w, "  shards     %s (%d), %d pending (still held by their previous node)\n", rangeText(n.RangeStart, n.RangeCount), n.RangeCount, n.Pending)
+		fmt.Fprintf(w, "  shards     %s (%d), %d pending (still held by their previous node)\n", controller.Range{Start: n.RangeStart, Count: n.RangeCount}.String(), n.RangeCount, n.Pending)
 	} else {
 		fmt.Fprintln(w, "  shards     none assigned")
 	}

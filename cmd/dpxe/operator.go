@@ -159,7 +159,7 @@ func printDrainPreview(w io.Writer, p controller.DrainPreview) {
 	case p.RangeCount == 0:
 		fmt.Fprintf(w, "%s has no shards assigned.\n", p.NodeID)
 	default:
-		fmt.Fprintf(w, "%s runs shards %s (%d). Draining it changes the plan so:\n", p.NodeID, rangeText(p.RangeStart, p.RangeCount), p.RangeCount)
+		fmt.Fprintf(w, "%s runs shards %s (%d). Draining it changes the plan so:\n", p.NodeID, controller.Range{Start: p.RangeStart, Count: p.RangeCount}.String(), p.RangeCount)
 	}
 	for _, m := range p.Moves {
 		from, to := m.From, m.To
@@ -169,7 +169,7 @@ func printDrainPreview(w io.Writer, p controller.DrainPreview) {
 		if to == "" {
 			to = "NO OWNER"
 		}
-		fmt.Fprintf(w, "  shards %-13s (%3d)  %s -> %s\n", rangeText(m.Start, m.Count), m.Count, from, to)
+		fmt.Fprintf(w, "  shards %-13s (%3d)  %s -> %s\n", controller.Range{Start: m.Start, Count: m.Count}.String(), m.Count, from, to)
 	}
 	if p.Moved > p.Leaving {
 		fmt.Fprintf(w, "%d shards change node in all: ranges stay contiguous, so other nodes' shards shift too.\n", p.Moved)
@@ -177,14 +177,6 @@ func printDrainPreview(w io.Writer, p controller.DrainPreview) {
 	if p.Strands > 0 {
 		fmt.Fprintf(w, "%d shards would have NO OWNER: the other nodes' capacity cannot hold them.\n", p.Strands)
 	}
-}
-
-// rangeText is "A-B" for a run of shards, "A" for one.
-func rangeText(start, count uint32) string {
-	if count == 1 {
-		return fmt.Sprint(start)
-	}
-	return fmt.Sprintf("%d-%d", start, start+count-1)
 }
 
 // restartFatal is the answer of POST /v1/nodes/{id}/restart-fatal.
