@@ -4,13 +4,12 @@ import (
 	"bytes"
 	"crypto"
 	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rsa"
 	"crypto/sha256"
 	"crypto/sha512"
-	"crypto/x509"
 	"errors"
 	"math/big"
-	"net/netip"
 )
 
 // Certificate path validation (RFC 5280 §6, narrowed; RFC 6125 §6.4 for
@@ -52,6 +51,7 @@ import (
 const (
 	X509MaxListed        = 8 // certificates the server may send
 	X509MaxIntermediates = 4
+	X509MaxAnchors       = 16 // trust anchors the kernel holds
 	x509RSAMinBits       = 2048
 	x509RSAMaxBits       = 4096
 	x509RSAExponent      = 65537
@@ -77,14 +77,9 @@ var (
 	derNull            = []byte{0x05, 0x00}
 )
 
-// x509PSSParams are the RSASSA-PSS-params (RFC 4055 §3.1) the check takes,
-// whole AlgorithmIdentifier TLVs: SHA-256 or SHA-384, MGF1 with the same
-// hash, salt length 32 or 48, trailerField default.
-var x509PSSParams = map[crypto.Hash][]byte{
-	crypto.SHA256: pssAlgID(0x01, 32),
-	crypto.SHA384: pssAlgID(0x02, 48),
-}
-
+// pssAlgID is an RSASSA-PSS AlgorithmIdentifier (RFC 4055 §3.1) as Go and
+// OpenSSL write it: the hash (SHA-256 or SHA-384, by its arc), MGF1 with
+// the same hash, a salt of the hash's length, trailerField default.
 func pssAlgID(hashArc byte, salt byte) []byte {
 	hashAlg := derEnc(tagSequence, derEnc(tagOID, []byte{0x60, 0x86, 0x48, 0x01, 0x65, 0x03, 0x04, 0x02, hashArc}), derNull)
 	mgf := derEnc(tagSequence, derEnc(tagOID, []byte{0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x08}), hashAlg)
@@ -99,6 +94,8 @@ var (
 	// ErrChainTooLong: more than X509MaxListed certificates listed, or a
 	// path that would need more than X509MaxIntermediates (bad_certificate).
 	ErrChainTooLong = errors.New("chain_too_long")
+	// ErrTooManyAnchors: more than X509MaxAnchors anchors (a build error).
+	ErrTooManyAnchors = errors.New("too_many_anchors")
 	// ErrCertificateExpired: now is after a path certificate's notAfter.
 	ErrCertificateExpired = errors.New("certificate_expired")
 	// ErrCertificateNotYetValid: now is before a notBefore (certificate_expired).
@@ -130,7 +127,7 @@ var (
 // self-test, after X509Reasons (the parser's).
 var X509ChainReasons = []error{ErrCertificateRequired, ErrChainTooLong, ErrCertificateExpired,
 	ErrCertificateNotYetValid, ErrNameMismatch, ErrUnknownCA, ErrBadSignature, ErrUnsupportedAlgorithm,
-	ErrNotCA, ErrPathLen, ErrKeyUsage, ErrEKU, ErrNameConstraints, ErrUnsupportedExtension}
+	ErrNotCA, ErrPathLen, ErrKeyUsage, ErrEKU, ErrNameConstraints, ErrUnsupportedExtension, ErrTooManyAnchors}
 
 // X509ChainReasonIndex is err's number: X509ReasonIndex for a parser's
 // reason, len(X509Reasons)+i for X509ChainReasons[i], -1 otherwise.
@@ -162,6 +159,9 @@ func X509VerifyChain(list, anchors [][]byte, host string, now int64) (*X509Path,
 	}
 	if len(list) > X509MaxListed {
 		return nil, ErrChainTooLong
+	}
+	if len(anchors) > X509MaxAnchors {
+		return nil, ErrTooManyAnchors
 	}
 	certs := make([]*X509Cert, len(list))
 	for i, der := range list {
@@ -289,28 +289,40 @@ func x509CheckIssuer(c *X509Cert, now int64, below int) error {
 }
 
 // x509KeyKind is an SPKI's key: 256 or 384 for an EC curve, -1 for RSA, 0
-// for anything else.
+// for anything else (the parameters compared as whole TLVs).
 func x509KeyKind(c *X509Cert) int {
 	switch {
-	case bytes.Equal(c.SPKIOID, oidECPublicKey) && c.SPKIParams != nil:
-		p, rest, err := derExpect(c.SPKIParams, tagOID)
-		if err != nil || len(rest) != 0 {
-			return 0
-		}
-		switch {
-		case bytes.Equal(p.content, oidP256):
-			return 256
-		case bytes.Equal(p.content, oidP384):
-			return 384
-		}
+	case bytes.Equal(c.SPKIOID, oidECPublicKey) && bytes.Equal(c.SPKIParams, derEnc(tagOID, oidP256)):
+		return 256
+	case bytes.Equal(c.SPKIOID, oidECPublicKey) && bytes.Equal(c.SPKIParams, derEnc(tagOID, oidP384)):
+		return 384
 	case bytes.Equal(c.SPKIOID, oidRSAEncryption) && bytes.Equal(c.SPKIParams, derNull):
 		return -1
 	}
 	return 0
 }
 
+// x509ECKey is the SPKI's point on its curve (SEC 1 uncompressed, on the
+// curve), or unsupported_algorithm.
+func x509ECKey(c *X509Cert) (*ecdsa.PublicKey, error) {
+	curve := elliptic.P256()
+	switch x509KeyKind(c) {
+	case 256:
+	case 384:
+		curve = elliptic.P384()
+	default:
+		return nil, ErrUnsupportedAlgorithm
+	}
+	k, err := ecdsa.ParseUncompressedPublicKey(curve, c.SPKIKey)
+	if err != nil {
+		return nil, ErrUnsupportedAlgorithm
+	}
+	return k, nil
+}
+
 // x509RSAKey reads RSAPublicKey (RFC 8017 §A.1.1) from the SPKI's key:
-// n (positive, minimal, 2048..4096 bits) and e = 65537.
+// SEQUENCE { INTEGER n, INTEGER e } and nothing more, n positive and
+// minimal with 2048..4096 bits, e's content exactly 01 00 01.
 func x509RSAKey(key []byte) (*rsa.PublicKey, error) {
 	seq, rest, err := derExpect(key, tagSequence)
 	if err != nil || len(rest) != 0 {
@@ -338,14 +350,12 @@ func x509RSAKey(key []byte) (*rsa.PublicKey, error) {
 	return &rsa.PublicKey{N: nn, E: x509RSAExponent}, nil
 }
 
-// x509KeySupported refuses a key the kernel cannot use.
+// x509KeySupported refuses a leaf key the kernel cannot use.
 func x509KeySupported(c *X509Cert) error {
 	switch x509KeyKind(c) {
 	case 256, 384:
-		if _, err := x509.ParsePKIXPublicKey(c.SPKI); err != nil {
-			return ErrUnsupportedAlgorithm
-		}
-		return nil
+		_, err := x509ECKey(c)
+		return err
 	case -1:
 		_, err := x509RSAKey(c.SPKIKey)
 		return err
@@ -353,27 +363,71 @@ func x509KeySupported(c *X509Cert) error {
 	return ErrUnsupportedAlgorithm
 }
 
-// X509CheckSignature verifies c's signature with issuer's key.
+// Signature algorithm kinds of x509SigAlgs.
+const (
+	x509SigECDSA = 1
+	x509SigPKCS1 = 2
+	x509SigPSS   = 3
+)
+
+// x509SigAlgs are the signature AlgorithmIdentifiers taken, as whole TLVs
+// (the kernel's table x509_sig_algs, in the same order).
+var x509SigAlgs = []struct {
+	alg  []byte
+	hash crypto.Hash
+	kind int
+}{
+	{derEnc(tagSequence, derEnc(tagOID, oidECDSASHA256)), crypto.SHA256, x509SigECDSA},
+	{derEnc(tagSequence, derEnc(tagOID, oidECDSASHA384)), crypto.SHA384, x509SigECDSA},
+	{derEnc(tagSequence, derEnc(tagOID, oidRSASHA256), derNull), crypto.SHA256, x509SigPKCS1},
+	{derEnc(tagSequence, derEnc(tagOID, oidRSASHA384), derNull), crypto.SHA384, x509SigPKCS1},
+	{pssAlgID(0x01, 32), crypto.SHA256, x509SigPSS},
+	{pssAlgID(0x02, 48), crypto.SHA384, x509SigPSS},
+}
+
+// x509ECDSASig splits an ECDSA-Sig-Value (SEC 1 §C.8): SEQUENCE { INTEGER
+// r, INTEGER s } and nothing more, each INTEGER minimal and not negative.
+func x509ECDSASig(sig []byte) (r, s []byte, ok bool) {
+	seq, rest, err := derExpect(sig, tagSequence)
+	if err != nil || len(rest) != 0 {
+		return nil, nil, false
+	}
+	b := seq.content
+	var out [2][]byte
+	for i := range out {
+		var n derTLV
+		if n, b, err = derExpect(b, tagInteger); err != nil {
+			return nil, nil, false
+		}
+		c := n.content
+		if len(c) == 0 || c[0] >= 0x80 || len(c) > 1 && c[0] == 0 && c[1] < 0x80 {
+			return nil, nil, false
+		}
+		out[i] = c
+	}
+	if len(b) != 0 {
+		return nil, nil, false
+	}
+	return out[0], out[1], true
+}
+
+// X509CheckSignature verifies c's signature with issuer's key: the
+// algorithm from x509SigAlgs (unsupported_algorithm otherwise), the TBS
+// hashed, then an EC key for ECDSA or an RSA key for PKCS#1 and PSS
+// (unsupported_algorithm when the key is of the other kind or not taken),
+// then the signature (bad_signature).
 func X509CheckSignature(c, issuer *X509Cert) error {
-	var h crypto.Hash
-	kind := x509KeyKind(issuer)
-	pss := false
-	switch {
-	case bytes.Equal(c.SigOID, oidECDSASHA256) && len(c.SigAlg) == 2+len(oidECDSASHA256)+2:
-		h = crypto.SHA256
-	case bytes.Equal(c.SigOID, oidECDSASHA384) && len(c.SigAlg) == 2+len(oidECDSASHA384)+2:
-		h = crypto.SHA384
-	case bytes.Equal(c.SigOID, oidRSASHA256) && bytes.Equal(c.SigAlg[2+2+len(oidRSASHA256):], derNull):
-		h = crypto.SHA256
-	case bytes.Equal(c.SigOID, oidRSASHA384) && bytes.Equal(c.SigAlg[2+2+len(oidRSASHA384):], derNull):
-		h = crypto.SHA384
-	case bytes.Equal(c.SigAlg, x509PSSParams[crypto.SHA256]):
-		h, pss = crypto.SHA256, true
-	case bytes.Equal(c.SigAlg, x509PSSParams[crypto.SHA384]):
-		h, pss = crypto.SHA384, true
-	default:
+	alg := -1
+	for i, a := range x509SigAlgs {
+		if bytes.Equal(c.SigAlg, a.alg) {
+			alg = i
+			break
+		}
+	}
+	if alg < 0 {
 		return ErrUnsupportedAlgorithm
 	}
+	h, kind := x509SigAlgs[alg].hash, x509SigAlgs[alg].kind
 	var digest []byte
 	if h == crypto.SHA256 {
 		d := sha256.Sum256(c.TBS)
@@ -382,27 +436,27 @@ func X509CheckSignature(c, issuer *X509Cert) error {
 		d := sha512.Sum384(c.TBS)
 		digest = d[:]
 	}
-	rsaSig := bytes.HasPrefix(c.SigOID, oidRSAEncryption[:8])
+	kk := x509KeyKind(issuer)
 	switch {
-	case (kind == 256 || kind == 384) && !rsaSig:
-		k, err := x509.ParsePKIXPublicKey(issuer.SPKI)
+	case kind == x509SigECDSA && (kk == 256 || kk == 384):
+		k, err := x509ECKey(issuer)
 		if err != nil {
-			return ErrUnsupportedAlgorithm
+			return err
 		}
-		ek, ok := k.(*ecdsa.PublicKey)
+		r, s, ok := x509ECDSASig(c.Signature)
 		if !ok {
-			return ErrUnsupportedAlgorithm
+			return ErrBadSignature
 		}
-		if !ecdsa.VerifyASN1(ek, digest, c.Signature) {
+		if !ecdsa.Verify(k, digest, new(big.Int).SetBytes(r), new(big.Int).SetBytes(s)) {
 			return ErrBadSignature
 		}
 		return nil
-	case kind == -1 && rsaSig:
+	case kind != x509SigECDSA && kk == -1:
 		k, err := x509RSAKey(issuer.SPKIKey)
 		if err != nil {
 			return err
 		}
-		if pss {
+		if kind == x509SigPSS {
 			err = rsa.VerifyPSS(k, h, digest, c.Signature, &rsa.PSSOptions{SaltLength: h.Size(), Hash: h})
 		} else {
 			err = rsa.VerifyPKCS1v15(k, h, digest, c.Signature)
@@ -415,10 +469,11 @@ func X509CheckSignature(c, issuer *X509Cert) error {
 	return ErrUnsupportedAlgorithm
 }
 
-// X509MatchHost reports whether c's subjectAltName names host: an IP
-// literal against iPAddress entries (4 or 16 bytes), anything else against
-// dNSName entries (see the rules above). Every GeneralName of the
-// extension is looked at, not only the first X509MaxDNSNames.
+// X509MatchHost reports whether c's subjectAltName names host: a dotted
+// IPv4 literal (x509IPv4) against iPAddress entries, anything else against
+// dNSName entries (X509MatchName). Every GeneralName of the extension is
+// looked at, not only the first X509MaxDNSNames. The kernel has no IPv6:
+// "fd00::1" is a DNS name here, and matches only a dNSName of those bytes.
 func X509MatchHost(c *X509Cert, host string) bool {
 	var san []byte
 	for _, x := range c.Extensions {
@@ -433,22 +488,18 @@ func X509MatchHost(c *X509Cert, host string) bool {
 	if err != nil {
 		return false
 	}
-	ip, ipErr := netip.ParseAddr(host)
-	if ipErr == nil && ip.Zone() != "" {
-		return false
-	}
+	ip, isIP := x509IPv4(host)
 	for b := seq.content; len(b) > 0; {
 		var gn derTLV
 		if gn, b, err = derRead(b); err != nil {
 			return false
 		}
 		switch {
-		case ipErr == nil && gn.tag == tagIPAddress:
-			if ip.Is4() && bytes.Equal(gn.content, ip.AsSlice()) ||
-				ip.Is6() && len(gn.content) == 16 && bytes.Equal(gn.content, ip.AsSlice()) {
+		case isIP && gn.tag == tagIPAddress:
+			if bytes.Equal(gn.content, ip[:]) {
 				return true
 			}
-		case ipErr != nil && gn.tag == tagDNSName:
+		case !isIP && gn.tag == tagDNSName:
 			if X509MatchName(gn.content, host) {
 				return true
 			}
@@ -459,10 +510,39 @@ func X509MatchHost(c *X509Cert, host string) bool {
 
 const tagIPAddress = 0x87 // GeneralName iPAddress [7] IMPLICIT OCTET STRING
 
-// X509MatchName reports whether a dNSName pattern names host: the same
-// number of non-empty labels, equal ASCII case-insensitively, except that
-// the pattern's first label may be exactly "*" (any one label). One
-// trailing dot on the host is ignored; none is allowed on the pattern.
+// x509IPv4 reads a dotted-quad: four decimal parts of 1-3 digits, no
+// leading zero but in "0", each at most 255, nothing else.
+func x509IPv4(host string) ([4]byte, bool) {
+	var ip [4]byte
+	part, digits, val := 0, 0, 0
+	for i := 0; i <= len(host); i++ {
+		if i == len(host) || host[i] == '.' {
+			if digits == 0 || part == 4 {
+				return ip, false
+			}
+			ip[part] = byte(val)
+			part, digits, val = part+1, 0, 0
+			continue
+		}
+		ch := host[i]
+		if ch < '0' || ch > '9' || digits == 1 && val == 0 || digits == 3 {
+			return ip, false
+		}
+		val = val*10 + int(ch-'0')
+		digits++
+		if val > 255 {
+			return ip, false
+		}
+	}
+	return ip, part == 4
+}
+
+// X509MatchName reports whether a dNSName pattern names host. One trailing
+// dot on the host is dropped; then both must be non-empty with no empty
+// label, the host without '*', with the same number of dots. A pattern
+// starting "*." with at least two more labels matches when what follows
+// its "*" equals what follows the host's first label; any other pattern
+// when it equals the host. Equal is ASCII case-insensitive.
 func X509MatchName(pattern []byte, host string) bool {
 	h := []byte(host)
 	if len(h) > 0 && h[len(h)-1] == '.' {
@@ -471,21 +551,34 @@ func X509MatchName(pattern []byte, host string) bool {
 	if len(pattern) == 0 || len(h) == 0 || bytes.IndexByte(h, '*') >= 0 {
 		return false
 	}
-	pl := bytes.Split(pattern, []byte{'.'})
-	hl := bytes.Split(h, []byte{'.'})
-	if len(pl) != len(hl) {
+	dots := func(b []byte) int {
+		if b[0] == '.' || b[len(b)-1] == '.' || bytes.Contains(b, []byte("..")) {
+			return -1
+		}
+		return bytes.Count(b, []byte{'.'})
+	}
+	pd, hd := dots(pattern), dots(h)
+	if pd < 0 || hd < 0 || pd != hd {
 		return false
 	}
-	for i := range pl {
-		if len(pl[i]) == 0 || len(hl[i]) == 0 {
-			return false
-		}
-		if i == 0 && len(pl[i]) == 1 && pl[i][0] == '*' && len(pl) > 2 {
-			continue
-		}
-		if !bytes.EqualFold(pl[i], hl[i]) {
+	if len(pattern) >= 2 && pattern[0] == '*' && pattern[1] == '.' && pd >= 2 {
+		pattern = pattern[1:]
+		h = h[bytes.IndexByte(h, '.'):]
+	}
+	if len(pattern) != len(h) {
+		return false
+	}
+	for i := range h {
+		if x509Lower(pattern[i]) != x509Lower(h[i]) {
 			return false
 		}
 	}
 	return true
+}
+
+func x509Lower(b byte) byte {
+	if b >= 'A' && b <= 'Z' {
+		return b + 'a' - 'A'
+	}
+	return b
 }

@@ -1,6 +1,7 @@
 package appliance
 
 import (
+	"bytes"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/ed25519"
@@ -14,6 +15,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -197,7 +199,7 @@ func chainCases(t *testing.T) []chainCase {
 		{"good upper case", []*chainCert{leaf, inter}, a, "GATEWAY.Discord.TEST", nil, ""},
 		{"good trailing dot", []*chainCert{leaf, inter}, a, "gateway.discord.test.", nil, ""},
 		{"good IPv4", []*chainCert{leaf, inter}, a, "10.0.0.1", nil, ""},
-		{"good IPv6", []*chainCert{leaf, inter}, a, "fd00::1", nil, ""},
+		{"IPv6", []*chainCert{leaf, inter}, a, "fd00::1", ErrNameMismatch, "the kernel has no IPv6"},
 		{"good with root and stranger listed", []*chainCert{leaf, other, root, inter}, a, "discord.test", nil, ""},
 		{"good among anchors", []*chainCert{leaf, inter}, []*chainCert{other, root}, "discord.test", nil, ""},
 		{"wildcard one label only", []*chainCert{leaf, inter}, a, "a.b.discord.test", ErrNameMismatch, ""},
@@ -354,6 +356,8 @@ func TestX509MatchName(t *testing.T) {
 		{"discord.test", "discord.test.", true},
 		{"discord..test", "discord..test", false},
 		{"", "", false},
+		{"x.discord.test", "X.DISCORD.TEST", true},
+		{"\xc4\xb0.test", "i.test", false}, // ASCII folding only
 		{"*.discord.test", "*.discord.test", false},
 		{".discord.test", "x.discord.test", false},
 	} {
@@ -393,4 +397,86 @@ func FuzzX509VerifyChain(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestX509ChainCorpus re-checks the committed cases file: each case's
+// reason is the one cases.txt records (what chainCases expected when the
+// file was written), and the digest's corpus decodes. With
+// DPXE_WRITE_X509CHAIN=1 it first writes both files from chainCases and
+// the committed Discord-shaped chain (fresh keys, then discarded).
+func TestX509ChainCorpus(t *testing.T) {
+	txt := filepath.Join(filepath.Dir(X509ChainCorpusPath), "cases.txt")
+	if os.Getenv("DPXE_WRITE_X509CHAIN") == "1" {
+		var cases []X509ChainCase
+		var lines string
+		for _, tc := range chainCases(t) {
+			cases = append(cases, X509ChainCase{Now: chainNow.Unix(), Host: tc.host, List: chainDERs(tc.list), Anchors: chainDERs(tc.anchors)})
+			want := "ok"
+			if tc.want != nil {
+				want = tc.want.Error()
+			}
+			lines += want + "\t" + tc.name + "\n"
+		}
+		if err := os.WriteFile(X509ChainCorpusPath, EncodeX509ChainCases(cases), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(txt, []byte(lines), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raw, err := os.ReadFile(X509ChainCorpusPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases, err := DecodeX509ChainCases(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(EncodeX509ChainCases(cases), raw) {
+		t.Fatal("cases file does not re-encode to itself")
+	}
+	names, err := os.ReadFile(txt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(names)), "\n")
+	if len(lines) != len(cases) {
+		t.Fatalf("%d cases, %d lines in cases.txt", len(cases), len(lines))
+	}
+	for i, c := range cases {
+		want, name, _ := strings.Cut(lines[i], "\t")
+		_, err := X509VerifyChain(c.List, c.Anchors, c.Host, c.Now)
+		got := "ok"
+		if err != nil {
+			got = err.Error()
+		}
+		if got != want {
+			t.Errorf("%s: %s, cases.txt says %s", name, got, want)
+		}
+	}
+	d, n, err := X509ChainDigest(X509ChainCorpusPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("x509chain digest %016x over %d cases", d, n)
+}
+
+// TestX509IPv4 is the IP literal rule.
+func TestX509IPv4(t *testing.T) {
+	for _, tc := range []struct {
+		host string
+		ok   bool
+	}{
+		{"10.0.0.1", true}, {"0.0.0.0", true}, {"255.255.255.255", true},
+		{"256.0.0.1", false}, {"010.0.0.1", false}, {"1.2.3", false}, {"1.2.3.4.5", false},
+		{"1..2.3", false}, {"1.2.3.4.", false}, {"a.b.c.d", false}, {"", false}, {"1000.1.1.1", false},
+	} {
+		ip, ok := x509IPv4(tc.host)
+		if ok != tc.ok {
+			t.Errorf("%q: %v", tc.host, ok)
+		}
+		if ok && net.IP(ip[:]).String() != tc.host {
+			t.Errorf("%q: %v", tc.host, ip)
+		}
+	}
 }
