@@ -19,6 +19,9 @@ const rfc8448Path = "../../appliance/testdata/rfc8448-simple-1rtt.txt"
 // x509Dir is the X.509 corpus's certificates, from this package's directory.
 const x509Dir = "../../appliance/testdata/x509"
 
+// x509ChainPath is the chain-check cases, from this package's directory.
+const x509ChainPath = "../../appliance/" + appliance.X509ChainCorpusPath
+
 func init() {
 	cryptoSections["TLS8448 "] = func() ([]byte, error) {
 		v, err := appliance.LoadRFC8448(rfc8448Path)
@@ -29,13 +32,14 @@ func init() {
 	}
 	cryptoSections["TLSHS   "] = func() ([]byte, error) { return appliance.TLSHSSection(), nil }
 	cryptoSections["X509DER "] = func() ([]byte, error) { return appliance.X509Section(x509Dir) }
+	cryptoSections["X509CHN "] = func() ([]byte, error) { return appliance.X509ChainSection(x509ChainPath) }
 }
 
 // TestKernelTLS boots the crypto self-test on every CPU model and wants the
 // kernel's TLS digests to equal Go's: the RFC 8448 replay, the
 // pseudo-random handshakes (both suites, records both ways, every refusal),
 // the ClientHellos and alert names, the handshake-message corpus and the
-// X.509 corpus.
+// X.509 corpus and the chain checks.
 func TestKernelTLS(t *testing.T) {
 	v, err := appliance.LoadRFC8448(rfc8448Path)
 	if err != nil {
@@ -48,6 +52,9 @@ func TestKernelTLS(t *testing.T) {
 	want := appliance.TLSDigests(selfTestSeed)
 	want["tls13-rfc8448"] = rfc
 	if want["x509"], _, err = appliance.X509Digest(x509Dir); err != nil {
+		t.Fatal(err)
+	}
+	if want["x509chain"], _, err = appliance.X509ChainDigest(x509ChainPath); err != nil {
 		t.Fatal(err)
 	}
 	for _, cpu := range cryptoCPUs {
