@@ -582,3 +582,18 @@ func x509Lower(b byte) byte {
 	}
 	return b
 }
+
+// X509CheckAnchor is what the build wants of a trust anchor: the kernel's
+// reader takes it (ParseX509), it is a CA (basicConstraints cA), and its key
+// is one the kernel can verify with (P-256, P-384, RSA 2048..4096 with
+// e = 65537). Its validity is checked when it is used, not here.
+func X509CheckAnchor(der []byte) error {
+	c, err := ParseX509(der)
+	if err != nil {
+		return err
+	}
+	if c.Flags&X509CA == 0 {
+		return ErrNotCA
+	}
+	return x509KeySupported(c)
+}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/discord-pxe/dpxe/appliance"
+	"github.com/discord-pxe/dpxe/image"
 )
 
 // The TLS 1.3 self-test (kernel/selftest/tls_selftest.inc) runs in the
@@ -57,9 +58,22 @@ func TestKernelTLS(t *testing.T) {
 	if want["x509chain"], _, err = appliance.X509ChainDigest(x509ChainPath); err != nil {
 		t.Fatal(err)
 	}
+	_, trust, err := image.TrustAnchors([]image.TrustSource{{Name: image.DefaultTrustName, PEM: image.DefaultTrustPEM}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	anchorsLine := fmt.Sprintf("tls: anchors=%d sha256=%s", len(trust.Anchors), trust.SHA256)
+	checkedLine := fmt.Sprintf("tlstest: anchors checked=%d", len(trust.Anchors))
 	for _, cpu := range cryptoCPUs {
 		t.Run(cpu, func(t *testing.T) {
 			res := cryptoSelfTest(t, cpu)
+			// the default trust anchors are in the image, hashed as the
+			// manifest says, and each one passes the kernel's reader
+			for _, want := range []string{anchorsLine, checkedLine} {
+				if !strings.Contains(res.Serial, want) {
+					t.Errorf("no %q line on the console", want)
+				}
+			}
 			for _, line := range strings.Split(res.Serial, "\n") {
 				if strings.HasPrefix(line, "tlstest") {
 					t.Logf("%s", strings.TrimSpace(line)) // figures for notes, never asserted
