@@ -152,7 +152,11 @@ func Build(ctx context.Context, opts Options) (*Manifest, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(src, filepath.FromSlash(AnchorsFile)), anchors, 0o644); err != nil {
+	anchorsPath := filepath.Join(src, filepath.FromSlash(AnchorsFile))
+	if err := os.MkdirAll(filepath.Dir(anchorsPath), 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(anchorsPath, anchors, 0o644); err != nil {
 		return nil, err
 	}
 
