@@ -23,6 +23,9 @@ const x509Dir = "../../appliance/testdata/x509"
 // x509ChainPath is the chain-check cases, from this package's directory.
 const x509ChainPath = "../../appliance/" + appliance.X509ChainCorpusPath
 
+// tlsCertPath is the Certificate / CertificateVerify cases.
+const tlsCertPath = "../../appliance/" + appliance.TLSCertCorpusPath
+
 func init() {
 	cryptoSections["TLS8448 "] = func() ([]byte, error) {
 		v, err := appliance.LoadRFC8448(rfc8448Path)
@@ -34,6 +37,7 @@ func init() {
 	cryptoSections["TLSHS   "] = func() ([]byte, error) { return appliance.TLSHSSection(), nil }
 	cryptoSections["X509DER "] = func() ([]byte, error) { return appliance.X509Section(x509Dir) }
 	cryptoSections["X509CHN "] = func() ([]byte, error) { return appliance.X509ChainSection(x509ChainPath) }
+	cryptoSections["TLSCERT "] = func() ([]byte, error) { return appliance.TLSCertSection(tlsCertPath) }
 }
 
 // TestKernelTLS boots the crypto self-test on every CPU model and wants the
@@ -56,6 +60,9 @@ func TestKernelTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	if want["x509chain"], _, err = appliance.X509ChainDigest(x509ChainPath); err != nil {
+		t.Fatal(err)
+	}
+	if want["tls13-cert"], _, err = appliance.TLSCertDigest(tlsCertPath); err != nil {
 		t.Fatal(err)
 	}
 	_, trust, err := image.TrustAnchors([]image.TrustSource{{Name: image.DefaultTrustName, PEM: image.DefaultTrustPEM}})
