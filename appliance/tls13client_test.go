@@ -6,9 +6,14 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"io"
 	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -144,6 +149,96 @@ func TestTLSClientAgainstCryptoTLS(t *testing.T) {
 			}
 			if err := <-done; err != nil {
 				t.Errorf("server: %v", err)
+			}
+		})
+	}
+}
+
+// TestTLSClientAgainstOpenSSL runs the reference client against Debian's
+// `openssl s_server -tls1_3 -www` with Discord's chain shape, once per
+// suite: the handshake, a GET and the status page it answers.
+func TestTLSClientAgainstOpenSSL(t *testing.T) {
+	bin, err := exec.LookPath("openssl")
+	if err != nil {
+		t.Skip("no openssl (tools/scripts/deps.sh test installs it)")
+	}
+	p256, p384 := elliptic.P256(), elliptic.P384()
+	// checked at the real clock here: certificates valid now
+	nb, na := time.Now().Add(-time.Hour), time.Now().Add(time.Hour)
+	rt := caTmpl(-1)
+	rt.NotBefore, rt.NotAfter = nb, na
+	root := chainMake(t, "dpxe test root P-384", rt, chainEC(t, p384), nil)
+	it := caTmpl(0)
+	it.SignatureAlgorithm = x509.ECDSAWithSHA384
+	it.NotBefore, it.NotAfter = nb, na
+	inter := chainMake(t, "dpxe test WE1", it, chainEC(t, p256), root)
+	lt := leafTmpl()
+	lt.NotBefore, lt.NotAfter = nb, na
+	leaf := chainMake(t, "discord.test", lt, chainEC(t, p256), inter)
+	dir := t.TempDir()
+	write := func(name, typ string, der []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	kder, err := x509.MarshalPKCS8PrivateKey(leaf.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPath, chainPath, keyPath := write("leaf.pem", "CERTIFICATE", leaf.der), write("inter.pem", "CERTIFICATE", inter.der), write("key.pem", "PRIVATE KEY", kder)
+	for _, suite := range []struct {
+		name string
+		id   uint16
+		aes  bool
+	}{{"TLS_CHACHA20_POLY1305_SHA256", TLSSuiteChaCha20Poly1305SHA256, false}, {"TLS_AES_128_GCM_SHA256", TLSSuiteAES128GCMSHA256, true}} {
+		t.Run(suite.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr := ln.Addr().String()
+			ln.Close()
+			cmd := exec.Command(bin, "s_server", "-accept", addr, "-tls1_3", "-ciphersuites", suite.name, "-groups", "X25519",
+				"-cert", certPath, "-cert_chain", chainPath, "-key", keyPath, "-www", "-naccept", "1", "-quiet")
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { cmd.Process.Kill(); cmd.Wait() }()
+			var raw net.Conn
+			for i := 0; i < 100; i++ {
+				if raw, err = net.Dial("tcp", addr); err == nil {
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer raw.Close()
+			raw.SetDeadline(time.Now().Add(10 * time.Second))
+			c, err := TLSClientConnect(raw, TLSClientConfig{Host: "gateway.discord.test", Now: time.Now().Unix(),
+				Anchors: [][]byte{root.der}, Rand: rand.Reader, PreferAES: suite.aes})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Suite != suite.id || c.Scheme != TLSSigECDSAP256SHA256 {
+				t.Errorf("suite %04x scheme %04x", c.Suite, c.Scheme)
+			}
+			if _, err := c.Write([]byte("GET / HTTP/1.0\r\n\r\n")); err != nil {
+				t.Fatal(err)
+			}
+			var page []byte
+			for {
+				b, err := c.ReadRecord()
+				if err != nil {
+					break // close_notify or the server closing
+				}
+				page = append(page, b...)
+			}
+			if !strings.Contains(string(page), "HTTP/1.0 200") || !strings.Contains(string(page), suite.name) {
+				t.Errorf("page %q", page)
 			}
 		})
 	}
