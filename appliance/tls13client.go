@@ -53,7 +53,11 @@ type TLSClientConn struct {
 	Scheme int // the CertificateVerify's SignatureScheme
 	Path   *X509Path
 	Listed int // certificates the server sent
-	buf    []byte
+	// CertBody, CVBody and CVTranscript are the server's Certificate and
+	// CertificateVerify bodies and the transcript hash the latter signs
+	// (kept for the kernel's test corpus).
+	CertBody, CVBody, CVTranscript []byte
+	buf                            []byte
 }
 
 func (t *TLSClientConn) record() (byte, []byte, error) {
@@ -196,6 +200,7 @@ func TLSClientConnect(rw io.ReadWriter, cfg TLSClientConfig) (*TLSClientConn, er
 				return nil, err
 			}
 		case 1:
+			t.CertBody = append([]byte(nil), body...)
 			if certs, err = ParseTLSCertificate(body); err != nil {
 				return nil, err
 			}
@@ -205,6 +210,7 @@ func TLSClientConnect(rw io.ReadWriter, cfg TLSClientConfig) (*TLSClientConn, er
 			t.Listed = len(certs)
 			leaf, _ = ParseX509(certs[0])
 		case 2:
+			t.CVBody, t.CVTranscript = append([]byte(nil), body...), t.c.TranscriptHash()
 			if t.Scheme, err = CheckTLSCertVerify(body, leaf, t.c.TranscriptHash()); err != nil {
 				return nil, err
 			}

@@ -26,6 +26,9 @@ const x509ChainPath = "../../appliance/" + appliance.X509ChainCorpusPath
 // tlsCertPath is the Certificate / CertificateVerify cases.
 const tlsCertPath = "../../appliance/" + appliance.TLSCertCorpusPath
 
+// tlsAuthPath is the server flights recorded from crypto/tls and openssl.
+const tlsAuthPath = "../../appliance/" + appliance.TLSAuthCorpusPath
+
 func init() {
 	cryptoSections["TLS8448 "] = func() ([]byte, error) {
 		v, err := appliance.LoadRFC8448(rfc8448Path)
@@ -38,6 +41,7 @@ func init() {
 	cryptoSections["X509DER "] = func() ([]byte, error) { return appliance.X509Section(x509Dir) }
 	cryptoSections["X509CHN "] = func() ([]byte, error) { return appliance.X509ChainSection(x509ChainPath) }
 	cryptoSections["TLSCERT "] = func() ([]byte, error) { return appliance.TLSCertSection(tlsCertPath) }
+	cryptoSections["TLSAUTH "] = func() ([]byte, error) { return appliance.TLSAuthSection(tlsAuthPath) }
 }
 
 // TestKernelTLS boots the crypto self-test on every CPU model and wants the
@@ -63,6 +67,9 @@ func TestKernelTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	if want["tls13-cert"], _, err = appliance.TLSCertDigest(tlsCertPath); err != nil {
+		t.Fatal(err)
+	}
+	if want["tls13-auth"], _, err = appliance.TLSAuthDigest(tlsAuthPath); err != nil {
 		t.Fatal(err)
 	}
 	_, trust, err := image.TrustAnchors([]image.TrustSource{{Name: image.DefaultTrustName, PEM: image.DefaultTrustPEM}})
