@@ -44,6 +44,9 @@ type Options struct {
 	MBRLoader string // file to assemble for the MBR loader; default DefaultMBRLoader
 	OutDir    string // where the artifacts go; created if missing
 	NASM      Assembler
+	// Trust are the PEM bundles of the TLS trust anchors; none: the
+	// default set (DefaultTrustPEM).
+	Trust []TrustSource
 }
 
 // Manifest describes a build: every artifact with its size and SHA-256, and
@@ -58,6 +61,7 @@ type Manifest struct {
 	Inputs        Inputs       `json:"inputs"`
 	Kernel        KernelInfo   `json:"kernel"`
 	USB           *USBLayout   `json:"usb"`
+	Trust         *TrustInfo   `json:"trust"`
 	Artifacts     []FileDigest `json:"artifacts"`
 }
 
@@ -140,6 +144,22 @@ func Build(ctx context.Context, opts Options) (*Manifest, error) {
 		return nil, err
 	}
 
+	trust := opts.Trust
+	if len(trust) == 0 {
+		trust = []TrustSource{{Name: DefaultTrustName, PEM: DefaultTrustPEM}}
+	}
+	anchors, trustInfo, err := TrustAnchors(trust)
+	if err != nil {
+		return nil, err
+	}
+	anchorsPath := filepath.Join(src, filepath.FromSlash(AnchorsFile))
+	if err := os.MkdirAll(filepath.Dir(anchorsPath), 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(anchorsPath, anchors, 0o644); err != nil {
+		return nil, err
+	}
+
 	// nasm arguments use paths relative to the source directory so that the
 	// manifest (and any path nasm embeds in messages) does not depend on it.
 	kernelArgs := []string{"-f", "bin", "-I", "./", "-o", KernelFile, opts.Root}
@@ -196,7 +216,8 @@ func Build(ctx context.Context, opts Options) (*Manifest, error) {
 			EntryAddr: k.Multiboot.EntryAddr, MultibootOffset: k.Multiboot.Offset, MultibootFlags: k.Multiboot.Flags,
 			ImageBase: k.PE.ImageBase, EFIEntryRVA: k.PE.EntryRVA, Sections: len(k.PE.Sections), RelocBlocks: k.PE.RelocBlocks,
 		},
-		USB: layout,
+		USB:   layout,
+		Trust: trustInfo,
 	}
 	for _, name := range []string{KernelFile, path.Join(NetbootDir, KernelFile), IPXETemplateFile, USBImageFile} {
 		d, err := digestFile(filepath.Join(out, filepath.FromSlash(name)))

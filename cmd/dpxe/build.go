@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"strings"
 
 	"github.com/discord-pxe/dpxe/image"
 	"github.com/discord-pxe/dpxe/kernel"
@@ -18,9 +19,17 @@ func init() {
 	})
 }
 
-// runBuild implements `dpxe build [--out DIR] [--src DIR]`.
+// trustFlags collects repeated --trust PEMFILE flags.
+type trustFlags []string
+
+func (t *trustFlags) String() string     { return strings.Join(*t, ",") }
+func (t *trustFlags) Set(v string) error { *t = append(*t, v); return nil }
+
+// runBuild implements `dpxe build [--out DIR] [--src DIR] [--trust PEMFILE]...`.
 func runBuild(ctx context.Context, args []string) error {
-	flags := newFlagSet("build", "[--out DIR] [--src DIR] [--json]")
+	flags := newFlagSet("build", "[--out DIR] [--src DIR] [--trust PEMFILE]... [--json]")
+	var trust trustFlags
+	flags.Var(&trust, "trust", "compile the TLS trust anchors of this PEM `file` into the kernel instead of the default set (repeatable; \"default\" names the default set)")
 	out := flags.String("out", "out", "output `directory` for the artifacts")
 	src := flags.String("src", "", "assemble the kernel tree in this `directory` instead of the sources built into dpxe")
 	asJSON := flags.Bool("json", false, "print the manifest (manifest.json) instead of text")
@@ -30,7 +39,20 @@ func runBuild(ctx context.Context, args []string) error {
 	if flags.NArg() != 0 {
 		return fmt.Errorf("%w: unexpected arguments %q", errUsage, flags.Args())
 	}
+	var sourcesTrust []image.TrustSource
+	for _, f := range trust {
+		if f == "default" {
+			sourcesTrust = append(sourcesTrust, image.TrustSource{Name: image.DefaultTrustName, PEM: image.DefaultTrustPEM})
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		sourcesTrust = append(sourcesTrust, image.TrustSource{Name: f, PEM: b})
+	}
 	m, err := image.Build(ctx, image.Options{
+		Trust:     sourcesTrust,
 		Sources:   sources(*src),
 		Root:      kernel.Root,
 		MBRLoader: kernel.MBRLoader,
@@ -46,6 +68,7 @@ func runBuild(ctx context.Context, args []string) error {
 	for _, a := range m.Artifacts {
 		fmt.Printf("  %-24s %10d  sha256:%s\n", a.Path, a.Size, a.SHA256)
 	}
+	fmt.Printf("trust anchors: %d, sha256:%s\n", len(m.Trust.Anchors), m.Trust.SHA256)
 	fmt.Printf("wrote %s/%s\n", *out, image.ManifestFile)
 	return nil
 }

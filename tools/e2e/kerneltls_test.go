@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/discord-pxe/dpxe/appliance"
+	"github.com/discord-pxe/dpxe/image"
 )
 
 // The TLS 1.3 self-test (kernel/selftest/tls_selftest.inc) runs in the
@@ -19,6 +20,15 @@ const rfc8448Path = "../../appliance/testdata/rfc8448-simple-1rtt.txt"
 // x509Dir is the X.509 corpus's certificates, from this package's directory.
 const x509Dir = "../../appliance/testdata/x509"
 
+// x509ChainPath is the chain-check cases, from this package's directory.
+const x509ChainPath = "../../appliance/" + appliance.X509ChainCorpusPath
+
+// tlsCertPath is the Certificate / CertificateVerify cases.
+const tlsCertPath = "../../appliance/" + appliance.TLSCertCorpusPath
+
+// tlsAuthPath is the server flights recorded from crypto/tls and openssl.
+const tlsAuthPath = "../../appliance/" + appliance.TLSAuthCorpusPath
+
 func init() {
 	cryptoSections["TLS8448 "] = func() ([]byte, error) {
 		v, err := appliance.LoadRFC8448(rfc8448Path)
@@ -29,13 +39,16 @@ func init() {
 	}
 	cryptoSections["TLSHS   "] = func() ([]byte, error) { return appliance.TLSHSSection(), nil }
 	cryptoSections["X509DER "] = func() ([]byte, error) { return appliance.X509Section(x509Dir) }
+	cryptoSections["X509CHN "] = func() ([]byte, error) { return appliance.X509ChainSection(x509ChainPath) }
+	cryptoSections["TLSCERT "] = func() ([]byte, error) { return appliance.TLSCertSection(tlsCertPath) }
+	cryptoSections["TLSAUTH "] = func() ([]byte, error) { return appliance.TLSAuthSection(tlsAuthPath) }
 }
 
 // TestKernelTLS boots the crypto self-test on every CPU model and wants the
 // kernel's TLS digests to equal Go's: the RFC 8448 replay, the
 // pseudo-random handshakes (both suites, records both ways, every refusal),
 // the ClientHellos and alert names, the handshake-message corpus and the
-// X.509 corpus.
+// X.509 corpus and the chain checks.
 func TestKernelTLS(t *testing.T) {
 	v, err := appliance.LoadRFC8448(rfc8448Path)
 	if err != nil {
@@ -50,9 +63,31 @@ func TestKernelTLS(t *testing.T) {
 	if want["x509"], _, err = appliance.X509Digest(x509Dir); err != nil {
 		t.Fatal(err)
 	}
+	if want["x509chain"], _, err = appliance.X509ChainDigest(x509ChainPath); err != nil {
+		t.Fatal(err)
+	}
+	if want["tls13-cert"], _, err = appliance.TLSCertDigest(tlsCertPath); err != nil {
+		t.Fatal(err)
+	}
+	if want["tls13-auth"], _, err = appliance.TLSAuthDigest(tlsAuthPath); err != nil {
+		t.Fatal(err)
+	}
+	_, trust, err := image.TrustAnchors([]image.TrustSource{{Name: image.DefaultTrustName, PEM: image.DefaultTrustPEM}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	anchorsLine := fmt.Sprintf("tls: anchors=%d sha256=%s", len(trust.Anchors), trust.SHA256)
+	checkedLine := fmt.Sprintf("tlstest: anchors checked=%d", len(trust.Anchors))
 	for _, cpu := range cryptoCPUs {
 		t.Run(cpu, func(t *testing.T) {
 			res := cryptoSelfTest(t, cpu)
+			// the default trust anchors are in the image, hashed as the
+			// manifest says, and each one passes the kernel's reader
+			for _, want := range []string{anchorsLine, checkedLine} {
+				if !strings.Contains(res.Serial, want) {
+					t.Errorf("no %q line on the console", want)
+				}
+			}
 			for _, line := range strings.Split(res.Serial, "\n") {
 				if strings.HasPrefix(line, "tlstest") {
 					t.Logf("%s", strings.TrimSpace(line)) // figures for notes, never asserted

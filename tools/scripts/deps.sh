@@ -11,8 +11,8 @@ declare -A want=(
   [build]="nasm"
   [smoke]="qemu-system-x86 ovmf ipxe"
   # postgresql: the store suite on both backends; prometheus: the real server (and promtool) of
-  # fleet/metrics' scrape test
-  [test]="nasm qemu-system-x86 qemu-utils ovmf ipxe busybox dnsmasq-base tftp-hpa curl iproute2 chromium kmod mount util-linux e2fsprogs postgresql prometheus"
+  # fleet/metrics' scrape test; openssl: the s_server peer of appliance's TLS client test
+  [test]="nasm qemu-system-x86 qemu-utils ovmf ipxe busybox dnsmasq-base tftp-hpa curl iproute2 chromium kmod mount util-linux e2fsprogs postgresql prometheus openssl"
   # linux-image-amd64: the Linux guest of BenchmarkKernelTCPDownload32MiB
   [bench]="tftpd-hpa hyperfine linux-image-amd64"
 )

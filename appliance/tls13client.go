@@ -1,0 +1,283 @@
+package appliance
+
+import (
+	"crypto/ecdh"
+	"crypto/hmac"
+	"encoding/binary"
+	"errors"
+	"io"
+)
+
+// A TLS 1.3 client handshake built only from this package's references
+// (ClientHello, ServerHello, key schedule, records, EncryptedExtensions,
+// Certificate, X509VerifyChain, CertificateVerify, Finished): the order of
+// steps the kernel's state machine will follow (issue 17), tested against
+// Go's crypto/tls server. Not yet: HelloRetryRequest (the ClientHello
+// offers an x25519 share only; an HRR is handshake_failure here),
+// KeyUpdate, NewSessionTicket (skipped when it comes).
+
+// Handshake message types (RFC 8446 §4).
+const (
+	tlsHSTypeServerHello     = 2
+	tlsHSNewSessionTicket    = 4
+	tlsHSEncryptedExtensions = 8
+	tlsHSCertificate         = 11
+	tlsHSCertificateVerify   = 15
+	tlsContentCCS            = 20
+	tlsHSMax                 = 1 << 16 // the largest handshake message taken
+)
+
+// ErrTLSHandshakeFailure: a HelloRetryRequest (not handled yet) or a
+// message out of order.
+var ErrTLSHandshakeFailure = errors.New("handshake_failure")
+
+// TLSAlertError is an alert the server sent.
+type TLSAlertError struct{ Name string }
+
+func (e *TLSAlertError) Error() string { return "alert " + e.Name }
+
+// TLSClientConfig is what a client connects with.
+type TLSClientConfig struct {
+	Host      string
+	Now       int64    // Unix seconds, for validity
+	Anchors   [][]byte // DER
+	Rand      io.Reader
+	PreferAES bool // offer TLS_AES_128_GCM_SHA256 first
+}
+
+// TLSClientConn is an established connection.
+type TLSClientConn struct {
+	rw     io.ReadWriter
+	c      *TLS13
+	Suite  uint16
+	Scheme int // the CertificateVerify's SignatureScheme
+	Path   *X509Path
+	Listed int // certificates the server sent
+	// CertBody, CVBody and CVTranscript are the server's Certificate and
+	// CertificateVerify bodies and the transcript hash the latter signs
+	// (kept for the kernel's test corpus).
+	CertBody, CVBody, CVTranscript []byte
+	buf                            []byte
+}
+
+func (t *TLSClientConn) record() (byte, []byte, error) {
+	for {
+		if n := TLSRecordLen(t.buf); n > 0 && len(t.buf) >= n {
+			rec := t.buf[:n]
+			t.buf = t.buf[n:]
+			return rec[0], rec, nil
+		}
+		var b [4096]byte
+		n, err := t.rw.Read(b[:])
+		if n == 0 && err != nil {
+			return 0, nil, err
+		}
+		t.buf = append(t.buf, b[:n]...)
+	}
+}
+
+func (t *TLSClientConn) open(rec []byte) (byte, []byte, error) {
+	typ, content, _, err := t.c.Open(rec)
+	if err != nil {
+		return 0, nil, err
+	}
+	if typ == TLSContentAlert && len(content) == 2 {
+		return 0, nil, &TLSAlertError{Name: TLSAlertName(content[1])}
+	}
+	return typ, content, nil
+}
+
+// TLSClientConnect runs the handshake over rw; a refusal is one of this
+// package's named errors (or a *TLSAlertError from the server).
+func TLSClientConnect(rw io.ReadWriter, cfg TLSClientConfig) (*TLSClientConn, error) {
+	var p TLSClientHelloParams
+	if _, err := io.ReadFull(cfg.Rand, p.Random[:]); err != nil {
+		return nil, err
+	}
+	if _, err := io.ReadFull(cfg.Rand, p.SessionID[:]); err != nil {
+		return nil, err
+	}
+	priv, err := ecdh.X25519().GenerateKey(cfg.Rand)
+	if err != nil {
+		return nil, err
+	}
+	copy(p.KeyShare[:], priv.PublicKey().Bytes())
+	p.HostName = []byte(cfg.Host)
+	p.PreferAES = cfg.PreferAES
+	ch, err := BuildClientHello(&p)
+	if err != nil {
+		return nil, err
+	}
+	t := &TLSClientConn{rw: rw}
+	rec := append([]byte{TLSContentHandshake, 3, 1, byte(len(ch) >> 8), byte(len(ch))}, ch...)
+	if _, err := rw.Write(rec); err != nil {
+		return nil, err
+	}
+	// ServerHello: plaintext, possibly after nothing else
+	hs := NewTLSHSReader(tlsHSMax)
+	var sh []byte
+	for sh == nil {
+		typ, r, err := t.record()
+		if err != nil {
+			return nil, err
+		}
+		switch typ {
+		case TLSContentAlert:
+			if len(r) == 7 {
+				return nil, &TLSAlertError{Name: TLSAlertName(r[6])}
+			}
+			return nil, ErrTLSDecodeError
+		case TLSContentHandshake:
+			hs.Feed(r[TLSRecordHeaderLen:])
+			if sh, err = hs.Next(); err != nil && err != ErrTLSIncomplete {
+				return nil, err
+			}
+		default:
+			return nil, ErrTLSUnexpectedMessage
+		}
+	}
+	if sh[0] != tlsHSTypeServerHello {
+		return nil, ErrTLSUnexpectedMessage
+	}
+	shp, err := ParseServerHello(sh[4:], p.SessionID[:])
+	if err != nil {
+		return nil, err
+	}
+	if shp.HRR {
+		return nil, ErrTLSHandshakeFailure
+	}
+	peer, err := ecdh.X25519().NewPublicKey(shp.Key)
+	if err != nil {
+		return nil, ErrTLSIllegalParameter
+	}
+	shared, err := priv.ECDH(peer)
+	if err != nil {
+		return nil, ErrTLSIllegalParameter
+	}
+	if t.c, err = NewTLS13(shp.Suite, TLSClient); err != nil {
+		return nil, err
+	}
+	t.Suite = shp.Suite
+	t.c.AddTranscript(ch)
+	t.c.AddTranscript(sh)
+	t.c.HandshakeSecrets(shared)
+
+	// the encrypted flight: EncryptedExtensions, Certificate,
+	// CertificateVerify, Finished, in that order
+	var certs [][]byte
+	var leaf *X509Cert
+	for step := 0; step < 4; {
+		msg, err := hs.Next()
+		if err == ErrTLSIncomplete {
+			typ, r, err := t.record()
+			if err != nil {
+				return nil, err
+			}
+			if typ == tlsContentCCS {
+				continue // middlebox compatibility (§D.4)
+			}
+			typ, content, err := t.open(r)
+			if err != nil {
+				return nil, err
+			}
+			if typ != TLSContentHandshake {
+				return nil, ErrTLSUnexpectedMessage
+			}
+			hs.Feed(content)
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		want := []byte{tlsHSEncryptedExtensions, tlsHSCertificate, tlsHSCertificateVerify, tlsHandshakeFinished}[step]
+		if msg[0] != want {
+			return nil, ErrTLSUnexpectedMessage
+		}
+		body := msg[4:]
+		switch step {
+		case 0:
+			if _, err := ParseEncryptedExtensions(body); err != nil {
+				return nil, err
+			}
+		case 1:
+			t.CertBody = append([]byte(nil), body...)
+			if certs, err = ParseTLSCertificate(body); err != nil {
+				return nil, err
+			}
+			if t.Path, err = X509VerifyChain(certs, cfg.Anchors, cfg.Host, cfg.Now); err != nil {
+				return nil, err
+			}
+			t.Listed = len(certs)
+			leaf, _ = ParseX509(certs[0])
+		case 2:
+			t.CVBody, t.CVTranscript = append([]byte(nil), body...), t.c.TranscriptHash()
+			if t.Scheme, err = CheckTLSCertVerify(body, leaf, t.c.TranscriptHash()); err != nil {
+				return nil, err
+			}
+		case 3:
+			if !hmac.Equal(body, t.c.FinishedVerifyData(false)) {
+				return nil, errors.New("decrypt_error")
+			}
+		}
+		t.c.AddTranscript(msg)
+		step++
+	}
+	t.c.ApplicationSecrets()
+	fin := FinishedMessage(t.c.FinishedVerifyData(true))
+	out := []byte{tlsContentCCS, 3, 3, 0, 1, 1} // §D.4: one ChangeCipherSpec
+	sealed, err := t.c.Seal(TLSContentHandshake, fin, 0)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := rw.Write(append(out, sealed...)); err != nil {
+		return nil, err
+	}
+	t.c.AddTranscript(fin)
+	t.c.ActivateRead()
+	t.c.ActivateWrite()
+	return t, nil
+}
+
+// Write sends application data in records of at most 2^14 bytes.
+func (t *TLSClientConn) Write(b []byte) (int, error) {
+	for off := 0; off < len(b); {
+		n := min(len(b)-off, 1<<14)
+		rec, err := t.c.Seal(TLSContentApplicationData, b[off:off+n], 0)
+		if err != nil {
+			return off, err
+		}
+		if _, err := t.rw.Write(rec); err != nil {
+			return off, err
+		}
+		off += n
+	}
+	return len(b), nil
+}
+
+// ReadRecord returns the next application data, skipping
+// NewSessionTicket; a close_notify is io.EOF.
+func (t *TLSClientConn) ReadRecord() ([]byte, error) {
+	for {
+		_, r, err := t.record()
+		if err != nil {
+			return nil, err
+		}
+		typ, content, err := t.open(r)
+		var ae *TLSAlertError
+		if errors.As(err, &ae) && ae.Name == "close_notify" {
+			return nil, io.EOF
+		}
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case typ == TLSContentApplicationData:
+			return content, nil
+		case typ == TLSContentHandshake && len(content) >= 4 && content[0] == tlsHSNewSessionTicket &&
+			int(binary.BigEndian.Uint32(content)&0xffffff) == len(content)-4:
+			continue // accepted and ignored (one per record here)
+		default:
+			return nil, ErrTLSUnexpectedMessage
+		}
+	}
+}
