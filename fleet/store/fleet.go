@@ -106,6 +106,15 @@ type Batch struct {
 	// Durable commits with synchronous=FULL, so the batch survives a power
 	// loss and not only a process crash.
 	Durable bool
+	// Fence, when set, makes the batch commit only while its writer still
+	// holds the leader lease of Fence.Term (ha.go); otherwise Apply fails
+	// with ErrFenced and writes nothing.
+	Fence *Fence
+	// GrantSpacing, when positive, makes each of Buckets commit only if
+	// the bucket's previous grant is at least this long ago on the
+	// database's clock (ErrGrantSpacing otherwise); the bucket's row is
+	// locked for the check.
+	GrantSpacing time.Duration
 }
 
 // Empty reports whether b has nothing to write.
@@ -453,6 +462,11 @@ func (s *Store) Apply(ctx context.Context, b *Batch) (err error) {
 			tx.Rollback()
 		}
 	}()
+	if b.Fence != nil {
+		if err := tx.checkFence(ctx, b.Fence); err != nil {
+			return err
+		}
+	}
 	if b.Plan != nil {
 		ranges, err := json.Marshal(b.Plan.Ranges)
 		if err != nil {
@@ -499,8 +513,14 @@ func (s *Store) Apply(ctx context.Context, b *Batch) (err error) {
 		}
 	}
 	for _, g := range b.Buckets {
-		if _, err := tx.exec(ctx, `INSERT INTO identify_buckets(bucket, granted_at, shard_id, node_id) VALUES(?, ?, ?, ?)
-			ON CONFLICT(bucket) DO UPDATE SET granted_at = excluded.granted_at, shard_id = excluded.shard_id, node_id = excluded.node_id`,
+		if b.GrantSpacing > 0 {
+			if err := tx.checkSpacing(ctx, g.Bucket, b.GrantSpacing); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.exec(ctx, `INSERT INTO identify_buckets(bucket, granted_at, shard_id, node_id, db_granted_at) VALUES(?, ?, ?, ?, `+s.dbNowMS()+`)
+			ON CONFLICT(bucket) DO UPDATE SET granted_at = excluded.granted_at, shard_id = excluded.shard_id, node_id = excluded.node_id,
+			db_granted_at = excluded.db_granted_at`,
 			g.Bucket, ms(g.GrantedAt), g.ShardID, g.NodeID); err != nil {
 			return fmt.Errorf("bucket %d: %w", g.Bucket, err)
 		}

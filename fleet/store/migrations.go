@@ -21,6 +21,7 @@ var migrations = []migration{
 	{1, "controller inventory", schemaV1},
 	{2, "netboot inventory", schemaV2},
 	{3, "netboot enrollments", schemaV3},
+	{4, "controller replicas", schemaHA},
 }
 
 // schemaV3 holds the pending network enrollment of each node (issue 24):

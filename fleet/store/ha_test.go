@@ -1,0 +1,198 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/discord-pxe/dpxe/fleet/store/pgtest"
+)
+
+// TestCampaignTermsAndFencing: on both backends, the first campaign takes
+// term 1, a second holder follows while the lease runs, renewals keep the
+// term, and once the lease expires on the database's clock the other
+// holder takes term 2; from then on the first holder's fenced batches fail
+// with ErrFenced and write nothing, while the same batch unfenced (the
+// deliberate mutation) would have gone through. Resign hands over at once.
+func TestCampaignTermsAndFencing(t *testing.T) { pgtest.Each(t, testCampaignTermsAndFencing) }
+
+func testCampaignTermsAndFencing(t *testing.T, dsn string) {
+	ctx := context.Background()
+	a, b := openDSN(t, dsn), openDSN(t, dsn)
+	const ttl = 300 * time.Millisecond
+	la, err := a.Campaign(ctx, "a", "http://a", ttl)
+	if err != nil || !la.Leader || la.Term != 1 || la.Holder != "a" {
+		t.Fatalf("first campaign: %+v %v", la, err)
+	}
+	lb, err := b.Campaign(ctx, "b", "http://b", ttl)
+	if err != nil || lb.Leader || lb.Term != 1 || lb.Holder != "a" || lb.URL != "http://a" {
+		t.Fatalf("second holder while a leads: %+v %v", lb, err)
+	}
+	if la, err = a.Campaign(ctx, "a", "http://a", ttl); err != nil || !la.Leader || la.Term != 1 {
+		t.Fatalf("renewal: %+v %v", la, err)
+	}
+	if err := a.Apply(ctx, &Batch{Events: []Event{{At: time.Now(), Kind: "x", Detail: "term 1"}}, Fence: &Fence{Holder: "a", Term: 1}}); err != nil {
+		t.Fatalf("leader's fenced write: %v", err)
+	}
+	if err := b.Apply(ctx, &Batch{Events: []Event{{At: time.Now(), Kind: "x"}}, Fence: &Fence{Holder: "b", Term: 1}}); !errors.Is(err, ErrFenced) {
+		t.Fatalf("follower's fenced write: %v", err)
+	}
+	// b takes over once the lease has expired on the database's clock.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		lb, err = b.Campaign(ctx, "b", "http://b", ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lb.Leader {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("b never took the lease: %+v", lb)
+		}
+		time.Sleep(ttl / 5)
+	}
+	if lb.Term != 2 || lb.Holder != "b" {
+		t.Fatalf("takeover: %+v", lb)
+	}
+	stale := &Batch{Plan: &Plan{Generation: 99, TotalShards: 4}, Fence: &Fence{Holder: "a", Term: 1}}
+	if err := a.Apply(ctx, stale); !errors.Is(err, ErrFenced) {
+		t.Fatalf("deposed leader's write: %v", err)
+	}
+	if p, ok, _ := a.LoadPlan(ctx); ok && p.Generation == 99 {
+		t.Fatal("a fenced-off plan was written")
+	}
+	if la, err = a.Campaign(ctx, "a", "http://a", ttl); err != nil || la.Leader || la.Term != 2 {
+		t.Fatalf("deposed leader campaigns: %+v %v", la, err)
+	}
+	// The mutation: without its fence the deposed leader's write lands,
+	// so the check above is what stops it.
+	stale.Fence = nil
+	if err := a.Apply(ctx, stale); err != nil {
+		t.Fatal(err)
+	}
+	if p, _, _ := a.LoadPlan(ctx); p.Generation != 99 {
+		t.Fatalf("unfenced write did not land: %+v", p)
+	}
+	if err := b.Resign(ctx, "b", 2); err != nil {
+		t.Fatal(err)
+	}
+	if la, err = a.Campaign(ctx, "a", "http://a", ttl); err != nil || !la.Leader || la.Term != 3 {
+		t.Fatalf("after resignation: %+v %v", la, err)
+	}
+	if err := b.Resign(ctx, "b", 2); err != nil {
+		t.Fatal(err)
+	}
+	if la, err = a.Campaign(ctx, "a", "http://a", ttl); !la.Leader || la.Term != 3 {
+		t.Fatalf("a stale resignation moved the lease: %+v %v", la, err)
+	}
+}
+
+// TestConcurrentCampaignsOneLeader: many holders campaigning at once on
+// one expired lease produce exactly one leader per term.
+func TestConcurrentCampaignsOneLeader(t *testing.T) { pgtest.Each(t, testConcurrentCampaignsOneLeader) }
+
+func testConcurrentCampaignsOneLeader(t *testing.T, dsn string) {
+	ctx := context.Background()
+	stores := []*Store{openDSN(t, dsn), openDSN(t, dsn), openDSN(t, dsn)}
+	type res struct {
+		l   Leadership
+		err error
+	}
+	out := make(chan res, 12)
+	for i := range 12 {
+		go func() {
+			l, err := stores[i%3].Campaign(ctx, string(rune('a'+i)), "", time.Minute)
+			out <- res{l, err}
+		}()
+	}
+	leaders := 0
+	for range 12 {
+		r := <-out
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if r.l.Leader {
+			leaders++
+		}
+		if r.l.Term != 1 {
+			t.Fatalf("term %d", r.l.Term)
+		}
+	}
+	if leaders != 1 {
+		t.Fatalf("%d leaders of term 1", leaders)
+	}
+}
+
+// TestGrantSpacingOnDatabaseClock: a second grant of one bucket within
+// GrantSpacing fails with ErrGrantSpacing and writes nothing, another
+// bucket is free, and without the check (spacing 0, the mutation) the
+// same too-early grant is accepted.
+func TestGrantSpacingOnDatabaseClock(t *testing.T) { pgtest.Each(t, testGrantSpacingOnDatabaseClock) }
+
+func testGrantSpacingOnDatabaseClock(t *testing.T, dsn string) {
+	ctx := context.Background()
+	s := openDSN(t, dsn)
+	if err := s.CreateNode(ctx, "n", []byte{1}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	grant := func(bucket, shard uint32, spacing time.Duration) error {
+		return s.Apply(ctx, &Batch{Buckets: []BucketGrant{{Bucket: bucket, GrantedAt: time.Now(), ShardID: shard, NodeID: "n"}},
+			GrantSpacing: spacing})
+	}
+	if err := grant(0, 0, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := grant(0, 2, time.Minute); !errors.Is(err, ErrGrantSpacing) {
+		t.Fatalf("second grant in the window: %v", err)
+	}
+	if g, _ := s.BucketGrants(ctx); len(g) != 1 || g[0].ShardID != 0 {
+		t.Fatalf("grants after the refusal: %+v", g)
+	}
+	if err := grant(1, 1, time.Minute); err != nil {
+		t.Fatalf("other bucket: %v", err)
+	}
+	if err := grant(0, 2, 0); err != nil {
+		t.Fatalf("unchecked grant: %v", err)
+	}
+}
+
+// TestReplicasHeartbeat: heartbeats list replicas by ID with their role
+// and term, a stale one drops out of a maxAge listing, and a deleted one
+// is gone.
+func TestReplicasHeartbeat(t *testing.T) { pgtest.Each(t, testReplicasHeartbeat) }
+
+func testReplicasHeartbeat(t *testing.T, dsn string) {
+	ctx := context.Background()
+	s := openDSN(t, dsn)
+	start := time.Now()
+	for _, r := range []Replica{{ID: "r2", URL: "http://b", Role: "follower", Term: 3, StartedAt: start},
+		{ID: "r1", URL: "http://a", Role: "leader", Term: 3, StartedAt: start}} {
+		if err := s.Heartbeat(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rs, err := s.Replicas(ctx, time.Minute)
+	if err != nil || len(rs) != 2 || rs[0].ID != "r1" || rs[0].Role != "leader" || rs[1].URL != "http://b" || rs[0].Term != 3 {
+		t.Fatalf("replicas: %+v %v", rs, err)
+	}
+	if _, err := s.DB().Exec(s.q(`UPDATE replicas SET heartbeat_at = heartbeat_at - 600000 WHERE id = ?`), "r2"); err != nil {
+		t.Fatal(err)
+	}
+	if rs, _ = s.Replicas(ctx, time.Minute); len(rs) != 1 || rs[0].ID != "r1" {
+		t.Fatalf("fresh replicas: %+v", rs)
+	}
+	if rs, _ = s.Replicas(ctx, 0); len(rs) != 2 || rs[1].Age < 9*time.Minute {
+		t.Fatalf("all replicas: %+v", rs)
+	}
+	if err := s.DeleteReplica(ctx, "r1"); err != nil {
+		t.Fatal(err)
+	}
+	if rs, _ = s.Replicas(ctx, 0); len(rs) != 1 {
+		t.Fatalf("after delete: %+v", rs)
+	}
+	if err := s.Heartbeat(ctx, Replica{}); err == nil {
+		t.Fatal("heartbeat without an id accepted")
+	}
+}
