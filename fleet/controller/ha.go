@@ -250,14 +250,20 @@ func (c *Controller) haBatchLocked(b *store.Batch) {
 	b.GrantSpacing = c.cfg.IdentifyWindow
 }
 
-// haFlushRefusedLocked says why a flush may not write now: a follower
-// writes nothing (its stage is dropped).
+// haFlushRefusedLocked drops a follower's stage, so it writes nothing;
+// the waiters of what was staged fail with ErrNotLeader (lost).
 func (c *Controller) haFlushRefusedLocked() error {
 	if c.ha.enabled && !c.ha.leading {
 		c.stepDownLocked()
-		return ErrNotLeader
 	}
 	return nil
+}
+
+// HoldsTerm reports whether the replica acts for term, trusted or not.
+func (c *Controller) HoldsTerm(term uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ha.leading && c.ha.term == term
 }
 
 // haFlushFailed handles a failed leader write: a fenced one ends the
