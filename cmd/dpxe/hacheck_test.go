@@ -39,11 +39,13 @@ type haHistory struct {
 	status  map[int]int // HTTP status → count
 	bad     []string    // 5xx answers other than 503, with their bodies
 	stale   int         // answers ignored for an older term or generation
+	refused map[string]int // Identify refusals by reason
+	why503  map[string]int // 503 answers by body
 	noReply int         // requests with no answer within the timeout
 }
 
 func newHAHistory() *haHistory {
-	return &haHistory{open: map[string]int{}, status: map[int]int{}}
+	return &haHistory{open: map[string]int{}, status: map[int]int{}, refused: map[string]int{}, why503: map[string]int{}}
 }
 
 func spanKey(node string, shard uint32) string { return fmt.Sprintf("%s/%d", node, shard) }
@@ -82,6 +84,9 @@ func (h *haHistory) answer(code int, path, body string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.status[code]++
+	if code == 503 && len(h.why503) < 20 {
+		h.why503[path+": "+strings.TrimSpace(body)]++
+	}
 	if code >= 500 && code != 503 {
 		h.bad = append(h.bad, fmt.Sprintf("%s: %d %s", path, code, strings.TrimSpace(body)))
 	}

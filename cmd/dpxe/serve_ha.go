@@ -185,7 +185,9 @@ func (r *replica) run(ctx context.Context) error {
 	observed := time.Time{}
 	for {
 		start := time.Now()
-		cctx, cancel := context.WithTimeout(ctx, every)
+		// A renewal may take longer than its period on a busy database:
+		// the trust deadline, not this timeout, bounds the leadership.
+		cctx, cancel := context.WithTimeout(ctx, r.lease/2)
 		l, err := st.Campaign(cctx, r.holder, r.advertise, r.lease)
 		cancel()
 		switch {

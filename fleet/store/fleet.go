@@ -112,7 +112,8 @@ type Batch struct {
 	Fence *Fence
 	// GrantSpacing, when positive, makes each of Buckets commit only if
 	// the bucket's previous grant is at least this long ago on the
-	// database's clock (ErrGrantSpacing otherwise); the bucket's row is
+	// database's clock (ErrGrantSpacing otherwise), unless the previous
+	// grant was written under the same Fence.Term; the bucket's row is
 	// locked for the check.
 	GrantSpacing time.Duration
 }
@@ -512,16 +513,20 @@ func (s *Store) Apply(ctx context.Context, b *Batch) (err error) {
 			}
 		}
 	}
+	var term uint64
+	if b.Fence != nil {
+		term = b.Fence.Term
+	}
 	for _, g := range b.Buckets {
 		if b.GrantSpacing > 0 {
-			if err := tx.checkSpacing(ctx, g.Bucket, b.GrantSpacing); err != nil {
+			if err := tx.checkSpacing(ctx, g.Bucket, b.GrantSpacing, term); err != nil {
 				return err
 			}
 		}
-		if _, err := tx.exec(ctx, `INSERT INTO identify_buckets(bucket, granted_at, shard_id, node_id, db_granted_at) VALUES(?, ?, ?, ?, `+s.dbNowMS()+`)
+		if _, err := tx.exec(ctx, `INSERT INTO identify_buckets(bucket, granted_at, shard_id, node_id, db_granted_at, grant_term) VALUES(?, ?, ?, ?, `+s.dbNowMS()+`, ?)
 			ON CONFLICT(bucket) DO UPDATE SET granted_at = excluded.granted_at, shard_id = excluded.shard_id, node_id = excluded.node_id,
-			db_granted_at = excluded.db_granted_at`,
-			g.Bucket, ms(g.GrantedAt), g.ShardID, g.NodeID); err != nil {
+			db_granted_at = excluded.db_granted_at, grant_term = excluded.grant_term`,
+			g.Bucket, ms(g.GrantedAt), g.ShardID, g.NodeID, term); err != nil {
 			return fmt.Errorf("bucket %d: %w", g.Bucket, err)
 		}
 	}

@@ -19,8 +19,9 @@ import (
 // replicas` and for the controller URLs nodes learn from the check-in.
 
 // schemaHA is migration 4. identify_buckets.db_granted_at is the database
-// clock's time of the bucket's last grant, so the spacing of grants is
-// checked on one clock whichever replica writes them.
+// clock's time of the bucket's last grant and grant_term the leader term
+// that wrote it (0 unfenced), so the spacing of grants written under
+// different terms is checked on one clock.
 const schemaHA = `
 CREATE TABLE ha_leader (
 	id         INTEGER PRIMARY KEY CHECK (id = 1),
@@ -39,6 +40,7 @@ CREATE TABLE replicas (
 	heartbeat_at INTEGER NOT NULL
 );
 ALTER TABLE identify_buckets ADD COLUMN db_granted_at INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE identify_buckets ADD COLUMN grant_term INTEGER NOT NULL DEFAULT 0;
 `
 
 // Errors of the replica layer.
@@ -177,20 +179,27 @@ func (t *txn) checkFence(ctx context.Context, f *Fence) error {
 }
 
 // checkSpacing fails with ErrGrantSpacing if bucket's last grant is less
-// than spacing ago on the database's clock; it locks the bucket's row on
-// PostgreSQL until tx ends.
-func (t *txn) checkSpacing(ctx context.Context, bucket uint32, spacing time.Duration) error {
+// than spacing ago on the database's clock, unless term (non-zero) wrote
+// it: one leader spaces its own grants in memory, from the moment each is
+// answered, and a grant whose first commit failed and was retried carries
+// its retry's time here. It locks the bucket's row on PostgreSQL until tx
+// ends.
+func (t *txn) checkSpacing(ctx context.Context, bucket uint32, spacing time.Duration, term uint64) error {
 	var last, now int64
-	err := t.QueryRowContext(ctx, t.s.q(`SELECT db_granted_at, `+t.s.dbNowMS()+` FROM identify_buckets WHERE bucket = ?`+t.s.forUpdate()), bucket).
-		Scan(&last, &now)
+	var lastTerm uint64
+	err := t.QueryRowContext(ctx, t.s.q(`SELECT db_granted_at, grant_term, `+t.s.dbNowMS()+` FROM identify_buckets WHERE bucket = ?`+t.s.forUpdate()), bucket).
+		Scan(&last, &lastTerm, &now)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("bucket %d: %w", bucket, err)
 	}
+	if term != 0 && lastTerm == term {
+		return nil
+	}
 	if last != 0 && now-last < spacing.Milliseconds() {
-		return fmt.Errorf("bucket %d granted %d ms ago, spacing %v: %w", bucket, now-last, spacing, ErrGrantSpacing)
+		return fmt.Errorf("bucket %d granted %d ms ago (term %d), spacing %v: %w", bucket, now-last, lastTerm, spacing, ErrGrantSpacing)
 	}
 	return nil
 }

@@ -128,7 +128,8 @@ func testConcurrentCampaignsOneLeader(t *testing.T, dsn string) {
 // TestGrantSpacingOnDatabaseClock: a second grant of one bucket within
 // GrantSpacing fails with ErrGrantSpacing and writes nothing, another
 // bucket is free, and without the check (spacing 0, the mutation) the
-// same too-early grant is accepted.
+// same too-early grant is accepted. Under a fence, only a grant of
+// another term (or unfenced) in the window refuses.
 func TestGrantSpacingOnDatabaseClock(t *testing.T) { pgtest.Each(t, testGrantSpacingOnDatabaseClock) }
 
 func testGrantSpacingOnDatabaseClock(t *testing.T, dsn string) {
@@ -155,6 +156,30 @@ func testGrantSpacingOnDatabaseClock(t *testing.T, dsn string) {
 	}
 	if err := grant(0, 2, 0); err != nil {
 		t.Fatalf("unchecked grant: %v", err)
+	}
+	// Under a leader's fence: its own earlier grant does not count (it
+	// spaces those in memory), another term's does.
+	if _, err := s.Campaign(ctx, "L", "", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	fenced := func(bucket uint32, term uint64) error {
+		return s.Apply(ctx, &Batch{Buckets: []BucketGrant{{Bucket: bucket, GrantedAt: time.Now(), ShardID: bucket, NodeID: "n"}},
+			GrantSpacing: time.Minute, Fence: &Fence{Holder: "L", Term: term}})
+	}
+	if err := fenced(0, 1); !errors.Is(err, ErrGrantSpacing) {
+		t.Fatalf("grant after an unfenced one in the window: %v", err)
+	}
+	if err := fenced(2, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := fenced(2, 1); err != nil {
+		t.Fatalf("same term's second grant: %v", err)
+	}
+	if _, err := s.DB().Exec(s.q(`UPDATE identify_buckets SET grant_term = 7 WHERE bucket = 2`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := fenced(2, 1); !errors.Is(err, ErrGrantSpacing) {
+		t.Fatalf("grant after another term's in the window: %v", err)
 	}
 }
 
