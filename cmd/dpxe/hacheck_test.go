@@ -36,12 +36,12 @@ type haHistory struct {
 	spans   []ownSpan
 	open    map[string]int // node/shard → index of its open span
 	grants  []grantRec
-	status  map[int]int // HTTP status → count
-	bad     []string    // 5xx answers other than 503, with their bodies
-	stale   int         // answers ignored for an older term or generation
+	status  map[int]int    // HTTP status → count
+	bad     []string       // 5xx answers other than 503, with their bodies
+	stale   int            // answers ignored for an older term or generation
 	refused map[string]int // Identify refusals by reason
 	why503  map[string]int // 503 answers by body
-	noReply int         // requests with no answer within the timeout
+	noReply int            // requests with no answer within the timeout
 }
 
 func newHAHistory() *haHistory {

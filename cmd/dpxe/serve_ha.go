@@ -114,6 +114,10 @@ type replica struct {
 	id     string // --replica-id
 	holder string // unique per process: id and a random suffix
 	poke   chan struct{}
+	// ready is closed after the first campaign: until then requests wait
+	// (at most a lease) instead of being refused for want of a leader.
+	ready     chan struct{}
+	readyOnce sync.Once
 
 	mu        sync.Mutex
 	advertise string
@@ -130,7 +134,7 @@ func attachHA(ctx context.Context, app *fleetApp, log *slog.Logger) (func(contex
 		return nil, err
 	}
 	r := &replica{app: app, log: log, lease: time.Duration(app.cfg.LeaderLease), id: app.cfg.ReplicaID,
-		poke: make(chan struct{}, 1), started: time.Now(), proxies: map[string]*httputil.ReverseProxy{}}
+		poke: make(chan struct{}, 1), ready: make(chan struct{}), started: time.Now(), proxies: map[string]*httputil.ReverseProxy{}}
 	r.holder = "-" + hex.EncodeToString(suffix[:])
 	app.controller.EnableHA(func(error) { r.wake() })
 	if os.Getenv(haMutationEnv) == "unfenced" {
@@ -230,6 +234,7 @@ func (r *replica) run(ctx context.Context) error {
 		if ctx.Err() == nil {
 			r.heartbeat(ctx, every)
 		}
+		r.readyOnce.Do(func() { close(r.ready) })
 		select {
 		case <-ctx.Done():
 			return r.stop(leading, term)
@@ -294,6 +299,12 @@ func (r *replica) forward(h http.Handler) http.Handler {
 		if !strings.HasPrefix(req.URL.Path, "/v1/") || req.URL.Path == "/v1/replicas" {
 			h.ServeHTTP(w, req)
 			return
+		}
+		select {
+		case <-r.ready:
+		case <-req.Context().Done():
+			return
+		case <-time.After(r.lease):
 		}
 		role := r.app.controller.Role()
 		if role.Leading {
