@@ -191,6 +191,9 @@ func sameOrigin(r *http.Request) bool {
 // page fills the common fields of a page for the request.
 func (s *Server) page(r *http.Request, title, nav string) view.Page {
 	p := view.Page{Title: title, Nav: nav, Now: s.cfg.Now().UnixMilli()}
+	if role := s.cfg.Controller.Role(); role.HA {
+		p.Role = fmt.Sprintf("%s, term %d", role.Name(), role.Term)
+	}
 	if sess := sessionOf(r); sess != nil {
 		p.LoggedIn, p.CSRF = true, sess.csrf
 	}
