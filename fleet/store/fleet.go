@@ -116,11 +116,18 @@ type Batch struct {
 	// grant was written under the same Fence.Term; the bucket's row is
 	// locked for the check.
 	GrantSpacing time.Duration
+	// Handoffs, when not nil, replaces every stored resume hand-off
+	// (replicas: a new leader offers them).
+	Handoffs *[]Handoff
+	// Restarts, when not nil, replaces every stored FATAL-restart
+	// request: node ID → shards as ranges text.
+	Restarts map[string]string
 }
 
 // Empty reports whether b has nothing to write.
 func (b *Batch) Empty() bool {
-	return b.Plan == nil && len(b.Nodes) == 0 && len(b.ShardStatus) == 0 && len(b.Buckets) == 0 && b.Budget == nil && len(b.Events) == 0
+	return b.Plan == nil && len(b.Nodes) == 0 && len(b.ShardStatus) == 0 && len(b.Buckets) == 0 && b.Budget == nil && len(b.Events) == 0 &&
+		b.Handoffs == nil && b.Restarts == nil
 }
 
 // CreateNode adds a node with its credential hash. It returns ErrExists if
@@ -158,17 +165,17 @@ func (s *Store) SetCredential(ctx context.Context, id string, credHash []byte) e
 // DeleteNode removes a node with its credential, pending enrollment and
 // shard status; ErrNotFound if there is none.
 func (s *Store) DeleteNode(ctx context.Context, id string) error {
-	tx, err := s.db.BeginTx(ctx, nil)
+	tx, err := s.begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
 	for _, q := range []string{`DELETE FROM enrollments WHERE node_id = ?`, `DELETE FROM shard_status WHERE node_id = ?`} {
-		if _, err := tx.ExecContext(ctx, q, id); err != nil {
+		if _, err := tx.exec(ctx, q, id); err != nil {
 			return err
 		}
 	}
-	res, err := tx.ExecContext(ctx, `DELETE FROM nodes WHERE id = ?`, id)
+	res, err := tx.exec(ctx, `DELETE FROM nodes WHERE id = ?`, id)
 	if err != nil {
 		return err
 	}
@@ -536,6 +543,9 @@ func (s *Store) Apply(ctx context.Context, b *Batch) (err error) {
 			b.Budget.Total, b.Budget.Remaining, ms(b.Budget.ResetAt)); err != nil {
 			return fmt.Errorf("budget: %w", err)
 		}
+	}
+	if err := tx.writeHAState(ctx, b); err != nil {
+		return err
 	}
 	if len(b.Events) > 0 {
 		st, err := tx.prepare(ctx, `INSERT INTO events(at, kind, node_id, shard_id, detail) VALUES(?, ?, ?, ?, ?)`)

@@ -18,7 +18,9 @@ import (
 // The replicas table lists the processes with a heartbeat, for `dpxe
 // replicas` and for the controller URLs nodes learn from the check-in.
 
-// schemaHA is migration 4. identify_buckets.db_granted_at is the database
+// schemaHA is migration 4. resume_handoffs and restart_requests keep the
+// leader's resume hand-offs and FATAL-restart requests, so a new leader
+// offers and repeats them. identify_buckets.db_granted_at is the database
 // clock's time of the bucket's last grant and grant_term the leader term
 // that wrote it (0 unfenced), so the spacing of grants written under
 // different terms is checked on one clock.
@@ -41,6 +43,18 @@ CREATE TABLE replicas (
 );
 ALTER TABLE identify_buckets ADD COLUMN db_granted_at INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE identify_buckets ADD COLUMN grant_term INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE resume_handoffs (
+	shard_id   INTEGER PRIMARY KEY,
+	from_node  TEXT NOT NULL REFERENCES nodes(id) ON DELETE CASCADE,
+	session_id TEXT NOT NULL,
+	seq        INTEGER NOT NULL,
+	resume_url TEXT NOT NULL,
+	offered_at INTEGER NOT NULL
+);
+CREATE TABLE restart_requests (
+	node_id TEXT PRIMARY KEY REFERENCES nodes(id) ON DELETE CASCADE,
+	shards  TEXT NOT NULL
+);
 `
 
 // Errors of the replica layer.
@@ -261,4 +275,81 @@ func (s *Store) Replicas(ctx context.Context, maxAge time.Duration) ([]Replica, 
 func (s *Store) DeleteReplica(ctx context.Context, id string) error {
 	_, err := s.exec(ctx, `DELETE FROM replicas WHERE id = ?`, id)
 	return err
+}
+
+// Handoff is a resumable Gateway session released by node From, on offer
+// to the shard's next holder.
+type Handoff struct {
+	ShardID   uint32
+	From      string
+	SessionID string
+	Seq       uint32
+	ResumeURL string
+	OfferedAt time.Time
+}
+
+// writeHAState replaces the stored hand-offs and restart requests with the
+// batch's, each only when the batch carries it.
+func (t *txn) writeHAState(ctx context.Context, b *Batch) error {
+	if b.Handoffs != nil {
+		if _, err := t.exec(ctx, `DELETE FROM resume_handoffs`); err != nil {
+			return fmt.Errorf("hand-offs: %w", err)
+		}
+		for _, h := range *b.Handoffs {
+			if _, err := t.exec(ctx, `INSERT INTO resume_handoffs(shard_id, from_node, session_id, seq, resume_url, offered_at) VALUES(?, ?, ?, ?, ?, ?)`,
+				h.ShardID, h.From, h.SessionID, h.Seq, h.ResumeURL, ms(h.OfferedAt)); err != nil {
+				return fmt.Errorf("hand-off of shard %d: %w", h.ShardID, err)
+			}
+		}
+	}
+	if b.Restarts != nil {
+		if _, err := t.exec(ctx, `DELETE FROM restart_requests`); err != nil {
+			return fmt.Errorf("restart requests: %w", err)
+		}
+		for node, shards := range b.Restarts {
+			if _, err := t.exec(ctx, `INSERT INTO restart_requests(node_id, shards) VALUES(?, ?)`, node, shards); err != nil {
+				return fmt.Errorf("restart requests of %s: %w", node, err)
+			}
+		}
+	}
+	return nil
+}
+
+// Handoffs returns the stored resume hand-offs, by shard.
+func (s *Store) Handoffs(ctx context.Context) ([]Handoff, error) {
+	rows, err := s.query(ctx, `SELECT shard_id, from_node, session_id, seq, resume_url, offered_at FROM resume_handoffs ORDER BY shard_id`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Handoff
+	for rows.Next() {
+		var h Handoff
+		var at int64
+		if err := rows.Scan(&h.ShardID, &h.From, &h.SessionID, &h.Seq, &h.ResumeURL, &at); err != nil {
+			return nil, err
+		}
+		h.OfferedAt = fromMS(at)
+		out = append(out, h)
+	}
+	return out, rows.Err()
+}
+
+// RestartRequests returns the stored FATAL-restart requests: per node, its
+// shards as ranges text ("3,19-20").
+func (s *Store) RestartRequests(ctx context.Context) (map[string]string, error) {
+	rows, err := s.query(ctx, `SELECT node_id, shards FROM restart_requests`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var id, shards string
+		if err := rows.Scan(&id, &shards); err != nil {
+			return nil, err
+		}
+		out[id] = shards
+	}
+	return out, rows.Err()
 }

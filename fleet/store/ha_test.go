@@ -221,3 +221,51 @@ func testReplicasHeartbeat(t *testing.T, dsn string) {
 		t.Fatal("heartbeat without an id accepted")
 	}
 }
+
+// TestHandoffsAndRestartsStored: a batch's hand-offs and restart requests
+// replace the stored ones, a batch without them keeps them, and deleting a
+// node removes its rows.
+func TestHandoffsAndRestartsStored(t *testing.T) { pgtest.Each(t, testHandoffsAndRestartsStored) }
+
+func testHandoffsAndRestartsStored(t *testing.T, dsn string) {
+	ctx := context.Background()
+	s := openDSN(t, dsn)
+	for _, id := range []string{"a", "b"} {
+		if err := s.CreateNode(ctx, id, []byte{1}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at := time.UnixMilli(1_700_000_000_000).UTC()
+	hs := []Handoff{{ShardID: 3, From: "a", SessionID: "s3", Seq: 42, ResumeURL: "wss://g/?v=10", OfferedAt: at},
+		{ShardID: 1, From: "b", SessionID: "s1", Seq: 7, ResumeURL: "wss://g/?v=10", OfferedAt: at}}
+	if err := s.Apply(ctx, &Batch{Handoffs: &hs, Restarts: map[string]string{"a": "3,5-6"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Apply(ctx, &Batch{Events: []Event{{At: at, Kind: "x"}}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Handoffs(ctx)
+	if err != nil || len(got) != 2 || got[0] != hs[1] || got[1] != hs[0] {
+		t.Fatalf("hand-offs: %+v %v", got, err)
+	}
+	rs, err := s.RestartRequests(ctx)
+	if err != nil || len(rs) != 1 || rs["a"] != "3,5-6" {
+		t.Fatalf("restarts: %v %v", rs, err)
+	}
+	one := hs[:1]
+	if err := s.Apply(ctx, &Batch{Handoffs: &one, Restarts: map[string]string{}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ = s.Handoffs(ctx); len(got) != 1 || got[0].ShardID != 3 {
+		t.Fatalf("replaced hand-offs: %+v", got)
+	}
+	if rs, _ = s.RestartRequests(ctx); len(rs) != 0 {
+		t.Fatalf("replaced restarts: %v", rs)
+	}
+	if err := s.DeleteNode(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ = s.Handoffs(ctx); len(got) != 0 {
+		t.Fatalf("hand-offs of a deleted node: %+v", got)
+	}
+}
