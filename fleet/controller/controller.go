@@ -191,7 +191,8 @@ type node struct {
 	statusAt      time.Time
 	lastRefusalEv time.Time
 	// restart lists the shards of n's assignment an operator asked to
-	// start again from FATAL, ascending (restart.go). In memory only.
+	// start again from FATAL, ascending (restart.go). Stored only with
+	// replicas (ha.go).
 	restart []uint32
 }
 
@@ -224,7 +225,7 @@ type Controller struct {
 	stage      stage
 	genSeq     uint64 // stage sequence of the current generation
 	gw         gatewayState
-	handoffs   map[uint32]*handoff // per shard: a resumable session on offer (in memory only)
+	handoffs   map[uint32]*handoff // per shard: a resumable session on offer (stored only with replicas, ha.go)
 	ha         haState             // replicas (ha.go)
 
 	onLive   func(nodeID, addr string)        // see OnNodeLive; guarded by mu

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -45,6 +46,10 @@ type haState struct {
 	lost []seqRange
 	// unfenced is a deliberate mutation for tests (DisableFencing).
 	unfenced bool
+	// The resume hand-offs and restart requests as last committed, so a
+	// batch carries them only when they changed.
+	wroteHandoffs map[uint32]store.Handoff
+	wroteRestarts map[string]string
 }
 
 type seqRange struct{ from, to uint64 }
@@ -139,9 +144,18 @@ func (c *Controller) Lead(ctx context.Context, fence store.Fence, leaderURL stri
 	if err != nil {
 		return err
 	}
+	hs, err := c.st.Handoffs(ctx)
+	if err != nil {
+		return fmt.Errorf("controller: load hand-offs: %w", err)
+	}
+	rs, err := c.st.RestartRequests(ctx)
+	if err != nil {
+		return fmt.Errorf("controller: load restart requests: %w", err)
+	}
 	c.flushMu.Lock()
 	c.mu.Lock()
 	c.adoptLocked(fresh)
+	c.loadHandoffsLocked(hs, rs)
 	c.ha.leading, c.ha.term, c.ha.fence = true, fence.Term, &store.Fence{Holder: fence.Holder, Term: fence.Term}
 	c.ha.trustUntil, c.ha.leaderURL = trustUntil, leaderURL
 	c.eventLocked(c.now(), EventControllerStart, "", nil, fmt.Sprintf("leader of term %d: %s", fence.Term, c.loadDetail(restored)))
@@ -241,13 +255,86 @@ func (c *Controller) adoptLocked(fresh *Controller) {
 	c.stage.budget = fresh.stage.budget
 }
 
-// haBatchLocked fences a batch of the leader's.
+// haBatchLocked fences a batch of the leader's and adds the hand-offs and
+// restart requests when they changed since the last commit.
 func (c *Controller) haBatchLocked(b *store.Batch) {
-	if !c.ha.enabled || c.ha.unfenced {
+	if !c.ha.enabled || !c.ha.leading {
 		return
 	}
-	b.Fence = c.ha.fence
-	b.GrantSpacing = c.cfg.IdentifyWindow
+	if !c.ha.unfenced {
+		b.Fence = c.ha.fence
+		b.GrantSpacing = c.cfg.IdentifyWindow
+	}
+	hs := make([]store.Handoff, 0, len(c.handoffs))
+	same := len(c.handoffs) == len(c.ha.wroteHandoffs)
+	for s, h := range c.handoffs {
+		x := store.Handoff{ShardID: s, From: h.from.id, SessionID: h.state.SessionID, Seq: h.state.Seq,
+			ResumeURL: h.state.ResumeURL, OfferedAt: h.at}
+		if w, ok := c.ha.wroteHandoffs[s]; !ok || !w.OfferedAt.Equal(x.OfferedAt) || w.From != x.From || w.SessionID != x.SessionID ||
+			w.Seq != x.Seq || w.ResumeURL != x.ResumeURL {
+			same = false
+		}
+		hs = append(hs, x)
+	}
+	if !same {
+		b.Handoffs = &hs
+	}
+	rs := map[string]string{}
+	for _, n := range c.live {
+		if len(n.restart) > 0 {
+			rs[n.id] = encodeHeld(n.restart)
+		}
+	}
+	if !maps.Equal(rs, c.ha.wroteRestarts) {
+		b.Restarts = rs
+	}
+}
+
+// haCommittedLocked notes what a committed batch wrote.
+func (c *Controller) haCommittedLocked(b *store.Batch) {
+	if b.Handoffs != nil {
+		c.ha.wroteHandoffs = map[uint32]store.Handoff{}
+		for _, h := range *b.Handoffs {
+			c.ha.wroteHandoffs[h.ShardID] = h
+		}
+	}
+	if b.Restarts != nil {
+		c.ha.wroteRestarts = b.Restarts
+	}
+}
+
+// loadHandoffsLocked restores the stored hand-offs and restart requests
+// of live nodes after a load (Lead).
+func (c *Controller) loadHandoffsLocked(hs []store.Handoff, rs map[string]string) {
+	c.ha.wroteHandoffs, c.ha.wroteRestarts = map[uint32]store.Handoff{}, rs
+	for _, h := range hs {
+		c.ha.wroteHandoffs[h.ShardID] = h
+		n := c.nodes[h.From]
+		if n == nil || h.ShardID >= c.cfg.TotalShards {
+			continue
+		}
+		if c.handoffs == nil {
+			c.handoffs = map[uint32]*handoff{}
+		}
+		c.handoffs[h.ShardID] = &handoff{from: n, at: h.OfferedAt,
+			state: appliance.ResumeState{ShardID: h.ShardID, SessionID: h.SessionID, Seq: h.Seq, ResumeURL: h.ResumeURL}}
+	}
+	for id, text := range rs {
+		n := c.nodes[id]
+		if n == nil || !n.live {
+			continue
+		}
+		shards, err := decodeHeld(text, c.cfg.TotalShards)
+		if err != nil {
+			c.log.Warn("stored restart requests unreadable; dropped", "node", id, "err", err)
+			continue
+		}
+		for _, s := range shards {
+			if n.plan.Contains(s) {
+				n.restart = append(n.restart, s)
+			}
+		}
+	}
 }
 
 // haFlushRefusedLocked drops a follower's stage, so it writes nothing;

@@ -140,3 +140,50 @@ func TestReplicaFollowerRefusesAndLeaderFenced(t *testing.T) {
 		}
 	}
 }
+
+// TestReplicaTakeoverKeepsHandoffsAndRestarts: a resume hand-off and a
+// FATAL-restart request recorded by one leader are offered and repeated
+// by the next, which loads them from the store.
+func TestReplicaTakeoverKeepsHandoffsAndRestarts(t *testing.T) {
+	p := newReplicaPair(t, Config{TotalShards: 4, MaxConcurrency: 1})
+	ctx := context.Background()
+	a, b := p.c[0], p.c[1]
+	for _, id := range []string{"n1", "n2"} {
+		if _, err := a.AddNode(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const ttl = 300 * time.Millisecond
+	p.lead(0, ttl)
+	checkin := func(c *Controller, id string, gen uint64, shards ...appliance.ShardStatus) appliance.CheckinResponse {
+		t.Helper()
+		r, err := c.Checkin(ctx, &appliance.CheckinRequest{NodeID: id, Capacity: 4, Generation: gen, Shards: shards}, "127.0.0.1")
+		if err != nil {
+			t.Fatalf("check-in of %s: %v", id, err)
+		}
+		return r
+	}
+	r1 := checkin(a, "n1", 0)
+	r1 = checkin(a, "n1", r1.Generation, shardsIn(0, 4, appliance.ShardFatal, 0)...)
+	if _, err := a.RestartFatal(ctx, "n1", []uint32{0}); err != nil {
+		t.Fatal(err)
+	}
+	r2 := checkin(a, "n2", 0) // n2 joins: shards 2-3 move to it, pending
+	if len(r2.Pending) != 2 {
+		t.Fatalf("n2 joins: %+v", r2)
+	}
+	st := shardsIn(0, 2, appliance.ShardFatal, 0)
+	st = append(st, released(2, "s2", 20), released(3, "s3", 30))
+	r1 = checkin(a, "n1", r2.Generation, st...) // acknowledges, releasing 2-3 resumably
+	if err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p.lead(1, ttl)
+	r2 = checkin(b, "n2", r2.Generation)
+	if res := resumeOf(r2); len(r2.Pending) != 0 || res[2].SessionID != "s2" || res[3].Seq != 30 {
+		t.Fatalf("n2 at the new leader: %+v", r2)
+	}
+	if r1 = checkin(b, "n1", r1.Generation, shardsIn(0, 2, appliance.ShardFatal, 0)...); len(r1.RestartShards) != 1 || r1.RestartShards[0] != 0 {
+		t.Fatalf("n1 at the new leader: %+v", r1)
+	}
+}

@@ -136,6 +136,7 @@ func (c *Controller) flushHeld(ctx context.Context) error {
 	}
 	c.mu.Lock()
 	c.flushedSeq = max(c.flushedSeq, seq)
+	c.haCommittedLocked(b)
 	c.mu.Unlock()
 	return nil
 }
