@@ -93,7 +93,10 @@ func New(cfg Config) *Server {
 	if cfg.Refusals == nil {
 		cfg.Refusals = security.New(cfg.Log)
 	}
-	s := &Server{cfg: cfg, log: cfg.Log, refusals: cfg.Refusals, sess: sessions{byID: map[string]*session{}}}
+	s := &Server{cfg: cfg, log: cfg.Log, refusals: cfg.Refusals, sess: sessions{byID: map[string]*session{}, st: cfg.Store, log: cfg.Log}}
+	if cfg.Controller != nil {
+		s.sess.shared = func() bool { return cfg.Controller.Role().HA }
+	}
 	s.hub = newHub(s)
 	return s
 }

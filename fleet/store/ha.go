@@ -20,7 +20,8 @@ import (
 
 // schemaHA is migration 4. resume_handoffs and restart_requests keep the
 // leader's resume hand-offs and FATAL-restart requests, so a new leader
-// offers and repeats them. identify_buckets.db_granted_at is the database
+// offers and repeats them; dashboard_sessions the dashboard's sessions
+// (by the SHA-256 of the cookie), so any replica knows them. identify_buckets.db_granted_at is the database
 // clock's time of the bucket's last grant and grant_term the leader term
 // that wrote it (0 unfenced), so the spacing of grants written under
 // different terms is checked on one clock.
@@ -54,6 +55,11 @@ CREATE TABLE resume_handoffs (
 CREATE TABLE restart_requests (
 	node_id TEXT PRIMARY KEY REFERENCES nodes(id) ON DELETE CASCADE,
 	shards  TEXT NOT NULL
+);
+CREATE TABLE dashboard_sessions (
+	id_hash BLOB PRIMARY KEY,
+	csrf    TEXT NOT NULL,
+	expires INTEGER NOT NULL
 );
 `
 
@@ -352,4 +358,51 @@ func (s *Store) RestartRequests(ctx context.Context) (map[string]string, error) 
 		out[id] = shards
 	}
 	return out, rows.Err()
+}
+
+// maxDashboardSessions bounds the stored dashboard sessions; the soonest
+// to expire go first.
+const maxDashboardSessions = 1000
+
+// CreateSession stores a dashboard session: the SHA-256 of its cookie,
+// its CSRF token and its expiry. Expired sessions, and the soonest to
+// expire beyond maxDashboardSessions, are removed.
+func (s *Store) CreateSession(ctx context.Context, idHash []byte, csrf string, expires time.Time) error {
+	tx, err := s.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.exec(ctx, `DELETE FROM dashboard_sessions WHERE expires < ?`, time.Now().UnixMilli()); err != nil {
+		return err
+	}
+	all := "-1"
+	if s.dialect == dialectPostgres {
+		all = "ALL"
+	}
+	if _, err := tx.exec(ctx, `DELETE FROM dashboard_sessions WHERE id_hash IN
+		(SELECT id_hash FROM dashboard_sessions ORDER BY expires DESC LIMIT `+all+` OFFSET ?)`, maxDashboardSessions-1); err != nil {
+		return err
+	}
+	if _, err := tx.exec(ctx, `INSERT INTO dashboard_sessions(id_hash, csrf, expires) VALUES(?, ?, ?)`, idHash, csrf, ms(expires)); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// Session returns a stored dashboard session's CSRF token and expiry, or
+// ErrNotFound.
+func (s *Store) Session(ctx context.Context, idHash []byte) (csrf string, expires time.Time, err error) {
+	var at int64
+	err = s.queryRow(ctx, `SELECT csrf, expires FROM dashboard_sessions WHERE id_hash = ?`, idHash).Scan(&csrf, &at)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", time.Time{}, ErrNotFound
+	}
+	return csrf, fromMS(at), err
+}
+
+// DeleteSession removes a stored dashboard session (log-out).
+func (s *Store) DeleteSession(ctx context.Context, idHash []byte) error {
+	_, err := s.exec(ctx, `DELETE FROM dashboard_sessions WHERE id_hash = ?`, idHash)
+	return err
 }

@@ -269,3 +269,46 @@ func testHandoffsAndRestartsStored(t *testing.T, dsn string) {
 		t.Fatalf("hand-offs of a deleted node: %+v", got)
 	}
 }
+
+// TestDashboardSessionsStored: a session created through one handle is
+// found through another, is gone after DeleteSession, an expired one is
+// pruned by the next creation, and the table keeps at most
+// maxDashboardSessions rows.
+func TestDashboardSessionsStored(t *testing.T) { pgtest.Each(t, testDashboardSessionsStored) }
+
+func testDashboardSessionsStored(t *testing.T, dsn string) {
+	ctx := context.Background()
+	a, b := openDSN(t, dsn), openDSN(t, dsn)
+	exp := time.UnixMilli(time.Now().Add(time.Hour).UnixMilli()).UTC()
+	if err := a.CreateSession(ctx, []byte("h1"), "csrf1", exp); err != nil {
+		t.Fatal(err)
+	}
+	if csrf, e, err := b.Session(ctx, []byte("h1")); err != nil || csrf != "csrf1" || !e.Equal(exp) {
+		t.Fatalf("session from the other handle: %q %v %v", csrf, e, err)
+	}
+	if err := b.DeleteSession(ctx, []byte("h1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := a.Session(ctx, []byte("h1")); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("deleted session: %v", err)
+	}
+	if err := a.CreateSession(ctx, []byte("old"), "x", time.Now().Add(-time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.CreateSession(ctx, []byte("new"), "y", exp); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := a.Session(ctx, []byte("old")); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("expired session kept: %v", err)
+	}
+	for i := range maxDashboardSessions + 5 {
+		if err := a.CreateSession(ctx, []byte{byte(i), byte(i >> 8), 'k'}, "z", exp.Add(time.Duration(i)*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var n int
+	a.DB().QueryRow(`SELECT COUNT(*) FROM dashboard_sessions`).Scan(&n)
+	if n != maxDashboardSessions {
+		t.Fatalf("%d stored sessions", n)
+	}
+}
