@@ -39,9 +39,6 @@ const (
 	// forwardedHeader marks a request one replica forwarded to another,
 	// so a request is forwarded at most once.
 	forwardedHeader = "X-Dpxe-Forwarded"
-	// haMutationEnv, set to "unfenced", disables the fencing of the
-	// leader's writes: a deliberate mutation for the replica tests only.
-	haMutationEnv = "DPXE_TEST_HA_MUTATION"
 )
 
 // haConfig is the replica part of serveConfig.
@@ -137,10 +134,6 @@ func attachHA(ctx context.Context, app *fleetApp, log *slog.Logger) (func(contex
 		poke: make(chan struct{}, 1), ready: make(chan struct{}), started: time.Now(), proxies: map[string]*httputil.ReverseProxy{}}
 	r.holder = "-" + hex.EncodeToString(suffix[:])
 	app.controller.EnableHA(func(error) { r.wake() })
-	if os.Getenv(haMutationEnv) == "unfenced" {
-		log.Error("TEST MUTATION: leader writes are not fenced; never run this in production", "env", haMutationEnv)
-		app.controller.DisableFencing()
-	}
 	app.ha = r
 	app.mux.HandleFunc("GET /v1/replicas", r.listReplicas)
 	return r.run, nil
