@@ -36,12 +36,14 @@ type haHistory struct {
 	spans   []ownSpan
 	open    map[string]int // node/shard → index of its open span
 	grants  []grantRec
-	status  map[int]int    // HTTP status → count
-	bad     []string       // 5xx answers other than 503, with their bodies
-	stale   int            // answers ignored for an older term or generation
-	refused map[string]int // Identify refusals by reason
-	why503  map[string]int // 503 answers by body
-	noReply int            // requests with no answer within the timeout
+	status  map[int]int     // HTTP status → count
+	bad     []string        // 5xx answers other than 503, with their bodies
+	stale   int             // answers ignored for an older term or generation
+	refused map[string]int  // Identify refusals by reason
+	rtt     []time.Duration // per answered check-in: from its first attempt to its answer, retries included
+	maxGap  time.Duration   // longest time a node went between the send times of two answered check-ins
+	why503  map[string]int  // 503 answers by body
+	noReply int             // requests with no answer within the timeout
 }
 
 func newHAHistory() *haHistory {
@@ -90,6 +92,18 @@ func (h *haHistory) answer(code int, path, body string) {
 	if code >= 500 && code != 503 {
 		h.bad = append(h.bad, fmt.Sprintf("%s: %d %s", path, code, strings.TrimSpace(body)))
 	}
+}
+
+// rttQuantile returns the q-quantile of the check-in round trips.
+func (h *haHistory) rttQuantile(q float64) time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.rtt) == 0 {
+		return 0
+	}
+	s := slices.Clone(h.rtt)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(q*float64(len(s))))]
 }
 
 // check runs every assertion on the history up to end and returns the
