@@ -381,7 +381,8 @@ func ownedShards(nodes []*haNode) int {
 
 // TestReplicasSurviveFaults runs three `dpxe serve` replicas (real
 // processes) on one PostgreSQL database with four simulated nodes, and
-// injects a seeded random sequence of faults: SIGKILL of the leader (and
+// injects a seeded random sequence of four faults: SIGSTOP of a follower
+// past the leader lease, SIGKILL of the leader (and
 // a restart of that replica later), SIGSTOP of the leader past its lease
 // then SIGCONT, pg_terminate_backend of the leader's database
 // connections, and a clean restart of all three in turn. The checker
@@ -490,7 +491,7 @@ func TestReplicasSurviveFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pg.Close()
-	faults := []string{"kill", "stop", "terminate", "kill", "stop", "terminate"}
+	faults := []string{"kill", "stop", "terminate", "kill", "stop", "terminate", "stop-follower"}
 	rng.Shuffle(len(faults), func(i, j int) { faults[i], faults[j] = faults[j], faults[i] })
 	faults = faults[:4]
 	dead := -1
@@ -513,6 +514,16 @@ func TestReplicasSurviveFaults(t *testing.T) {
 			c.signal(lead, syscall.SIGSTOP)
 			time.Sleep(pause) // the fault's own length, not a wait for a condition
 			c.signal(lead, syscall.SIGCONT)
+		case "stop-follower":
+			f := (lead + 1 + rng.IntN(2)) % 3
+			if f == dead {
+				f = 3 - lead - f
+			}
+			pause := haLeaderLease*3/2 + time.Duration(rng.IntN(1000))*time.Millisecond
+			t.Logf("SIGSTOP follower r%d for %v", f, pause)
+			c.signal(f, syscall.SIGSTOP)
+			time.Sleep(pause) // the fault's own length
+			c.signal(f, syscall.SIGCONT)
 		case "terminate":
 			res, err := pg.ExecContext(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1`,
 				fmt.Sprintf("dpxe-r%d", lead))
@@ -552,8 +563,16 @@ func TestReplicasSurviveFaults(t *testing.T) {
 		t.Log(c.logTail())
 	}
 	_, term = c.leader(10 * haLeaderLease)
-	if term < 4 {
-		t.Fatalf("term %d after four faults and three restarts", term)
+	// Each SIGKILL or SIGSTOP of the leader moved the lease, and so did
+	// the clean restart of whichever replica led.
+	want := uint64(2)
+	for _, f := range faults {
+		if f == "kill" || f == "stop" {
+			want++
+		}
+	}
+	if term < want {
+		t.Fatalf("term %d after faults %v and three restarts, want at least %d", term, faults, want)
 	}
 }
 
