@@ -145,6 +145,16 @@ type CheckinResponse struct {
 	// the shard in another state, or the shard leaves the node's
 	// assignment. Ascending, no duplicates, each in Assigned.
 	RestartShards []uint32 `json:"restart_shards,omitempty"`
+	// Term is the leader term of the controller replica that answered
+	// (docs/ha.md); present only when several replicas may run. A node
+	// ignores an answer whose term, or whose generation, is older than
+	// one it has already applied.
+	Term uint64 `json:"term,omitempty"`
+	// Controllers lists the URLs every live controller replica
+	// advertises, the answering one included; a node that gets no answer
+	// from one replica within a fraction of its lease asks the next.
+	// Present only when several replicas may run.
+	Controllers []string `json:"controllers,omitempty"`
 }
 
 // ResumeState is a resumable Gateway session the controller hands to a

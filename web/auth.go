@@ -9,6 +9,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -135,11 +136,27 @@ type session struct {
 	expires time.Time
 }
 
-// sessions is the in-memory session table. Sessions do not survive a
-// restart of `dpxe serve`: operators log in again.
+// sessions is the session table: in memory, or, when shared() says
+// several controller replicas serve the dashboard (docs/ha.md), in the
+// store, keyed by the SHA-256 of the cookie, so every replica knows a
+// session and a log-out anywhere ends it everywhere. In memory, sessions
+// do not survive a restart of `dpxe serve`: operators log in again.
 type sessions struct {
-	mu   sync.Mutex
-	byID map[string]*session
+	mu     sync.Mutex
+	byID   map[string]*session
+	st     *store.Store
+	shared func() bool
+	log    *slog.Logger
+}
+
+// sessionStoreTimeout bounds each stored-session query.
+const sessionStoreTimeout = 2 * time.Second
+
+func (s *sessions) stored() bool { return s.st != nil && s.shared != nil && s.shared() }
+
+func sessionHash(id string) []byte {
+	h := sha256.Sum256([]byte(id))
+	return h[:]
 }
 
 // throttle is one table of failures per client (see loginFreeFailures).
@@ -269,11 +286,22 @@ func (s *sessions) create(now time.Time) (string, *session) {
 	id := newToken()
 	v := &session{csrf: newToken(), expires: now.Add(sessionTTL)}
 	s.byID[id] = v
+	if s.stored() {
+		ctx, cancel := context.WithTimeout(context.Background(), sessionStoreTimeout)
+		defer cancel()
+		if err := s.st.CreateSession(ctx, sessionHash(id), v.csrf, v.expires); err != nil {
+			// This replica still knows the session; the others do not.
+			s.log.Error("storing a dashboard session failed", "err", err)
+		}
+	}
 	return id, v
 }
 
 // get returns the live session with the given ID, or nil.
 func (s *sessions) get(id string, now time.Time) *session {
+	if s.stored() {
+		return s.getStored(id, now)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	v := s.byID[id]
@@ -291,6 +319,34 @@ func (s *sessions) remove(id string) {
 	s.mu.Lock()
 	delete(s.byID, id)
 	s.mu.Unlock()
+	if s.stored() {
+		ctx, cancel := context.WithTimeout(context.Background(), sessionStoreTimeout)
+		defer cancel()
+		if err := s.st.DeleteSession(ctx, sessionHash(id)); err != nil {
+			s.log.Error("removing a stored dashboard session failed", "err", err)
+		}
+	}
+}
+
+// getStored looks a session up in the store, every time: another replica
+// may have ended it. A store error counts as no session.
+func (s *sessions) getStored(id string, now time.Time) *session {
+	if id == "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), sessionStoreTimeout)
+	defer cancel()
+	csrf, expires, err := s.st.Session(ctx, sessionHash(id))
+	if err != nil {
+		if !errors.Is(err, store.ErrNotFound) {
+			s.log.Error("reading a stored dashboard session failed", "err", err)
+		}
+		return nil
+	}
+	if now.After(expires) {
+		return nil
+	}
+	return &session{csrf: csrf, expires: expires}
 }
 
 // sameToken compares two tokens in constant time; empty never matches.

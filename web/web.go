@@ -93,7 +93,10 @@ func New(cfg Config) *Server {
 	if cfg.Refusals == nil {
 		cfg.Refusals = security.New(cfg.Log)
 	}
-	s := &Server{cfg: cfg, log: cfg.Log, refusals: cfg.Refusals, sess: sessions{byID: map[string]*session{}}}
+	s := &Server{cfg: cfg, log: cfg.Log, refusals: cfg.Refusals, sess: sessions{byID: map[string]*session{}, st: cfg.Store, log: cfg.Log}}
+	if cfg.Controller != nil {
+		s.sess.shared = func() bool { return cfg.Controller.Role().HA }
+	}
 	s.hub = newHub(s)
 	return s
 }
@@ -192,6 +195,9 @@ func sameOrigin(r *http.Request) bool {
 // page fills the common fields of a page for the request.
 func (s *Server) page(r *http.Request, title, nav string) view.Page {
 	p := view.Page{Title: title, Nav: nav, Now: s.cfg.Now().UnixMilli()}
+	if role := s.cfg.Controller.Role(); role.HA {
+		p.Role = fmt.Sprintf("%s, term %d", role.Name(), role.Term)
+	}
 	if sess := sessionOf(r); sess != nil {
 		p.LoggedIn, p.CSRF = true, sess.csrf
 	}

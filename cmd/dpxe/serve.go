@@ -76,6 +76,8 @@ type serveConfig struct {
 	metricsConfig
 	// Event delivery (serve_events.go).
 	eventsConfig
+	// Controller replicas on PostgreSQL (serve_ha.go).
+	haConfig
 	// totalFixed and mcFixed say the operator gave total_shards or
 	// max_concurrency (flag or file); otherwise GET /gateway/bot may set
 	// them.
@@ -220,16 +222,25 @@ type fleetApp struct {
 	// made with the fleet: the netboot part serves it, the dashboard is
 	// given it (web.Config.Netboot) whatever order the parts attach in.
 	netboot *fleetinv.Inventory
+	// ha is the replica layer (serve_ha.go); nil on SQLite.
+	ha *replica
+	// listenAddr is the --listen socket's address, set before the parts
+	// run.
+	listenAddr string
 }
 
 // handler is what the --listen server serves: the operator's mux, and the
 // boot network's mux for connections made to the boot address (a wildcard
 // --listen accepts those too).
 func (a *fleetApp) handler() http.Handler {
-	if a.boot == nil {
-		return a.mux
+	var h http.Handler = a.mux
+	if a.ha != nil {
+		h = a.ha.forward(h)
 	}
-	return a.boot.dispatch(a.mux)
+	if a.boot == nil {
+		return h
+	}
+	return a.boot.dispatch(h)
 }
 
 // servePart is an optional piece of `dpxe serve` that lives in its own file
@@ -326,6 +337,7 @@ func runServe(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	app.listenAddr = ln.Addr().String()
 	srv := &http.Server{
 		Handler:           app.handler(),
 		ReadHeaderTimeout: 5 * time.Second,

@@ -16,6 +16,9 @@ func init() {
 
 // attachHistory returns the sampler's loop.
 func attachHistory(_ context.Context, app *fleetApp, log *slog.Logger) (func(context.Context) error, error) {
-	s := &history.Sampler{Stats: app.controller.FleetStats, Store: app.store, Log: log}
+	c := app.controller
+	s := &history.Sampler{Stats: c.FleetStats, Store: app.store, Log: log,
+		// Replicas: only the leader samples (a follower's fleet is empty).
+		Acting: func() bool { r := c.Role(); return !r.HA || r.Leading }}
 	return s.Run, nil
 }

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -20,7 +19,6 @@ import (
 
 	"github.com/discord-pxe/dpxe/appliance"
 	"github.com/discord-pxe/dpxe/fleet/controller"
-	"github.com/discord-pxe/dpxe/fleet/store"
 )
 
 // Load shape of the check-in benchmark.
@@ -213,16 +211,16 @@ func BenchmarkCheckin(b *testing.B) {
 
 func benchCheckin(b *testing.B, nodes int, withStatus bool) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, filepath.Join(b.TempDir(), "bench.db"))
-	if err != nil {
-		b.Fatal(err)
-	}
+	st, lead := benchStore(b) // bench_ha_test.go: SQLite, or a PostgreSQL leader
 	defer st.Close()
 	total := uint32(min(nodes*13, appliance.MaxTotalShards))
 	capacity := int(total)/nodes + 1
 	ctrl, err := controller.New(ctx, st, controller.Config{TotalShards: total, MaxConcurrency: 16}, time.Now, nil)
 	if err != nil {
 		b.Fatal(err)
+	}
+	if lead != nil {
+		lead(ctrl)
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	runDone := make(chan error, 1)

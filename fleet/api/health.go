@@ -96,6 +96,11 @@ type HealthResponse struct {
 	Store      string `json:"store"`             // "writable", or why not
 	Generation uint64 `json:"generation"`
 	LiveNodes  int    `json:"live_nodes"`
+	// Role is "leader" or "follower" when several replicas may run
+	// (docs/ha.md), with the latest leader term the replica saw; absent
+	// for a single controller.
+	Role string `json:"role,omitempty"`
+	Term uint64 `json:"term,omitempty"`
 }
 
 // storeProbe shares one store check among the GET /healthz requests of
@@ -125,6 +130,9 @@ func (s *Server) checkStore(ctx context.Context) error {
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	p := s.c.Plan()
 	resp := HealthResponse{OK: true, Version: s.version, Store: "writable", Generation: p.Generation, LiveNodes: p.LiveNodes}
+	if role := s.c.Role(); role.HA {
+		resp.Role, resp.Term = role.Name(), role.Term
+	}
 	status := http.StatusOK
 	if err := s.checkStore(r.Context()); err != nil {
 		s.log.Error("health: store not writable", "err", err)

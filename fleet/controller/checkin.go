@@ -21,6 +21,10 @@ import (
 func (c *Controller) Checkin(ctx context.Context, req *appliance.CheckinRequest, addr string) (appliance.CheckinResponse, error) {
 	t := c.now()
 	c.mu.Lock()
+	if err := c.haCheckLocked(); err != nil {
+		c.mu.Unlock()
+		return appliance.CheckinResponse{}, err
+	}
 	c.sweepLocked(t)
 	n := c.nodes[req.NodeID]
 	if n == nil {
@@ -116,6 +120,7 @@ func (c *Controller) Checkin(ctx context.Context, req *appliance.CheckinRequest,
 		MaxConcurrency: c.cfg.MaxConcurrency,
 	}
 	c.gatewayFieldsLocked(&resp)
+	c.haFieldsLocked(&resp)
 	if len(n.restart) > 0 {
 		resp.RestartShards = c.restartsLocked(n)
 	}

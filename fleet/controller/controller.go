@@ -191,7 +191,8 @@ type node struct {
 	statusAt      time.Time
 	lastRefusalEv time.Time
 	// restart lists the shards of n's assignment an operator asked to
-	// start again from FATAL, ascending (restart.go). In memory only.
+	// start again from FATAL, ascending (restart.go). Stored only with
+	// replicas (ha.go).
 	restart []uint32
 }
 
@@ -224,7 +225,8 @@ type Controller struct {
 	stage      stage
 	genSeq     uint64 // stage sequence of the current generation
 	gw         gatewayState
-	handoffs   map[uint32]*handoff // per shard: a resumable session on offer (in memory only)
+	handoffs   map[uint32]*handoff // per shard: a resumable session on offer (stored only with replicas, ha.go)
+	ha         haState             // replicas (ha.go)
 
 	onLive   func(nodeID, addr string)        // see OnNodeLive; guarded by mu
 	onCommit func(d time.Duration, err error) // see OnCommit; guarded by mu
@@ -245,6 +247,33 @@ func New(ctx context.Context, st *store.Store, cfg Config, now func() time.Time,
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	c, restored, err := load(ctx, st, cfg, now, log)
+	if err != nil {
+		return nil, err
+	}
+	c.eventLocked(now(), EventControllerStart, "", nil, c.loadDetail(restored))
+	if err := c.Flush(ctx); err != nil {
+		return nil, fmt.Errorf("controller: %w", err)
+	}
+	log.Info("controller loaded", "nodes", len(c.nodes), "restored_live", restored, "generation", c.gen,
+		"total_shards", cfg.TotalShards, "max_concurrency", cfg.MaxConcurrency, "lease", cfg.Lease)
+	return c, nil
+}
+
+// loadDetail is the detail of the controller_start event of a load that
+// restored restored nodes live.
+func (c *Controller) loadDetail(restored int) string {
+	if restored > 0 {
+		return fmt.Sprintf("generation %d, %d nodes restored live; no rebalance before %s",
+			c.gen, restored, c.graceUntil.Format(time.RFC3339))
+	}
+	return fmt.Sprintf("generation %d, no node restored", c.gen)
+}
+
+// load builds a controller from the store's state without writing
+// anything; New and a replica taking the lead (ha.go) use it. It returns
+// how many nodes it restored live.
+func load(ctx context.Context, st *store.Store, cfg Config, now func() time.Time, log *slog.Logger) (*Controller, int, error) {
 	c := &Controller{
 		cfg:       cfg,
 		now:       now,
@@ -258,11 +287,11 @@ func New(ctx context.Context, st *store.Store, cfg Config, now func() time.Time,
 	t := now()
 	rows, err := st.Nodes(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("controller: load nodes: %w", err)
+		return nil, 0, fmt.Errorf("controller: load nodes: %w", err)
 	}
 	plan, havePlan, err := st.LoadPlan(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("controller: load plan: %w", err)
+		return nil, 0, fmt.Errorf("controller: load plan: %w", err)
 	}
 	sameTotal := !havePlan || plan.TotalShards == cfg.TotalShards
 	restored := 0
@@ -276,11 +305,11 @@ func New(ctx context.Context, st *store.Store, cfg Config, now func() time.Time,
 			continue
 		}
 		if !sameTotal && r.Held != "" {
-			return nil, fmt.Errorf("controller: store has %d shards, config %d, node %s: %w", plan.TotalShards, cfg.TotalShards, r.ID, ErrTotalChanged)
+			return nil, 0, fmt.Errorf("controller: store has %d shards, config %d, node %s: %w", plan.TotalShards, cfg.TotalShards, r.ID, ErrTotalChanged)
 		}
 		held, err := decodeHeld(r.Held, cfg.TotalShards)
 		if err != nil {
-			return nil, fmt.Errorf("controller: node %s: %w", r.ID, err)
+			return nil, 0, fmt.Errorf("controller: node %s: %w", r.ID, err)
 		}
 		n.live = true
 		n.deadline = t.Add(cfg.Lease)
@@ -327,28 +356,17 @@ func New(ctx context.Context, st *store.Store, cfg Config, now func() time.Time,
 		c.lastGrant[i] = t
 	}
 	if err := c.loadStartOrder(ctx); err != nil {
-		return nil, fmt.Errorf("controller: load identify history: %w", err)
+		return nil, 0, fmt.Errorf("controller: load identify history: %w", err)
 	}
 	if b, ok, err := st.LoadBudget(ctx); err != nil {
-		return nil, fmt.Errorf("controller: load budget: %w", err)
+		return nil, 0, fmt.Errorf("controller: load budget: %w", err)
 	} else if ok {
 		c.budget = b
 	} else {
 		c.budget = store.Budget{Total: cfg.SessionBudget, Remaining: cfg.SessionBudget, ResetAt: t.Add(budgetPeriod)}
 		c.stage.budget = true
 	}
-	detail := fmt.Sprintf("generation %d, no node restored", c.gen)
-	if restored > 0 {
-		detail = fmt.Sprintf("generation %d, %d nodes restored live; no rebalance before %s",
-			c.gen, restored, c.graceUntil.Format(time.RFC3339))
-	}
-	c.eventLocked(t, EventControllerStart, "", nil, detail)
-	if err := c.Flush(ctx); err != nil {
-		return nil, fmt.Errorf("controller: %w", err)
-	}
-	log.Info("controller loaded", "nodes", len(c.nodes), "restored_live", restored, "generation", c.gen,
-		"total_shards", cfg.TotalShards, "max_concurrency", cfg.MaxConcurrency, "lease", cfg.Lease)
-	return c, nil
+	return c, restored, nil
 }
 
 // Config returns the controller's effective configuration (MaxConcurrency
@@ -550,6 +568,10 @@ func sumCounts(rs []Range) uint32 {
 func (c *Controller) Tick() {
 	t := c.now()
 	c.mu.Lock()
+	if c.haCheckLocked() != nil {
+		c.mu.Unlock()
+		return
+	}
 	c.sweepLocked(t)
 	c.maybeRebalanceLocked(t)
 	if len(c.handoffs) > 0 {

@@ -32,6 +32,10 @@ import (
 func (c *Controller) Identify(ctx context.Context, req appliance.IdentifyRequest) (appliance.IdentifyResponse, error) {
 	t := c.now()
 	c.mu.Lock()
+	if err := c.haCheckLocked(); err != nil {
+		c.mu.Unlock()
+		return appliance.IdentifyResponse{}, err
+	}
 	c.sweepLocked(t)
 	n := c.nodes[req.NodeID]
 	if n == nil {

@@ -74,6 +74,7 @@ func (c *Controller) snapshotLocked() (*store.Batch, uint64) {
 		bu := c.budget
 		b.Budget = &bu
 	}
+	c.haBatchLocked(b)
 	seq := c.stage.seq
 	b.Durable = seq > c.flushedSeq
 	c.stage = stage{seq: seq}
@@ -104,6 +105,10 @@ func (c *Controller) Flush(ctx context.Context) error {
 // flushHeld is Flush with flushMu held.
 func (c *Controller) flushHeld(ctx context.Context) error {
 	c.mu.Lock()
+	if err := c.haFlushRefusedLocked(); err != nil {
+		c.mu.Unlock()
+		return err
+	}
 	b, seq := c.snapshotLocked()
 	onCommit := c.onCommit
 	c.mu.Unlock()
@@ -117,13 +122,21 @@ func (c *Controller) flushHeld(ctx context.Context) error {
 	}
 	if err != nil {
 		c.mu.Lock()
-		c.restageLocked(b)
+		if c.ha.enabled && (!c.ha.leading || b.Fence != c.ha.fence) {
+			// The leadership the batch was staged under has ended: the
+			// batch is lost, not retried under another term.
+			c.ha.lost = append(c.ha.lost, seqRange{c.flushedSeq + 1, seq})
+		} else {
+			c.restageLocked(b)
+		}
 		c.mu.Unlock()
+		c.haFlushFailed(err)
 		c.log.Error("store write failed; will retry", "err", err)
 		return fmt.Errorf("store: %w", err)
 	}
 	c.mu.Lock()
 	c.flushedSeq = max(c.flushedSeq, seq)
+	c.haCommittedLocked(b)
 	c.mu.Unlock()
 	return nil
 }
@@ -133,23 +146,38 @@ func (c *Controller) flushHeld(ctx context.Context) error {
 // one: one commit serves all of them (group commit).
 func (c *Controller) waitDurable(ctx context.Context, seq uint64) error {
 	c.mu.Lock()
-	done := c.flushedSeq >= seq
+	done, lost := c.flushedSeq >= seq, c.lostLocked(seq)
 	c.mu.Unlock()
+	if lost {
+		return ErrNotLeader
+	}
 	if done {
 		return nil
 	}
 	c.flushMu.Lock()
 	defer c.flushMu.Unlock()
 	c.mu.Lock()
-	done = c.flushedSeq >= seq
+	done, lost = c.flushedSeq >= seq, c.lostLocked(seq)
 	c.mu.Unlock()
+	if lost {
+		return ErrNotLeader
+	}
 	if done {
 		return nil
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return c.flushHeld(ctx)
+	if err := c.flushHeld(ctx); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	lost = c.lostLocked(seq)
+	c.mu.Unlock()
+	if lost {
+		return ErrNotLeader
+	}
+	return nil
 }
 
 // Run ticks the controller (lease expiry, due rebalances) and flushes

@@ -90,6 +90,11 @@ type Sampler struct {
 	Log   *slog.Logger
 	// Every is the period; 0 means Every (one minute).
 	Every time.Duration
+	// Acting reports whether this process's view of the fleet is the
+	// fleet's: with controller replicas only the leader's is (a follower
+	// answers nothing and would store an empty fleet over the leader's
+	// minute). nil means always, as on SQLite.
+	Acting func() bool
 }
 
 // Run samples at once and then every period until ctx ends; it returns
@@ -117,8 +122,12 @@ func (s *Sampler) Run(ctx context.Context) error {
 	}
 }
 
-// Once takes one sample and stores it.
+// Once takes one sample and stores it, unless this process is not
+// Acting for the fleet (then it stores nothing and returns nil).
 func (s *Sampler) Once(ctx context.Context) error {
+	if s.Acting != nil && !s.Acting() {
+		return nil
+	}
 	fs := s.Stats()
 	return s.Store.AddHistory(ctx, Sample(&fs))
 }

@@ -91,7 +91,16 @@ func TestSamplerStoresTheFleet(t *testing.T) {
 			}
 		}
 	}
-	s := history.Sampler{Stats: c.FleetStats, Store: st}
+	// A follower replica (not Acting) stores nothing: its fleet is not
+	// the fleet, and its row would replace the leader's minute.
+	follower := history.Sampler{Stats: c.FleetStats, Store: st, Acting: func() bool { return false }}
+	if err := follower.Once(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := st.History(ctx, time.Time{}); err != nil || len(got) != 0 {
+		t.Fatalf("a sampler that is not acting stored %+v, %v", got, err)
+	}
+	s := history.Sampler{Stats: c.FleetStats, Store: st, Acting: func() bool { return true }}
 	if err := s.Once(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -106,11 +106,28 @@ type Batch struct {
 	// Durable commits with synchronous=FULL, so the batch survives a power
 	// loss and not only a process crash.
 	Durable bool
+	// Fence, when set, makes the batch commit only while its writer still
+	// holds the leader lease of Fence.Term (ha.go); otherwise Apply fails
+	// with ErrFenced and writes nothing.
+	Fence *Fence
+	// GrantSpacing, when positive, makes each of Buckets commit only if
+	// the bucket's previous grant is at least this long ago on the
+	// database's clock (ErrGrantSpacing otherwise), unless the previous
+	// grant was written under the same Fence.Term; the bucket's row is
+	// locked for the check.
+	GrantSpacing time.Duration
+	// Handoffs, when not nil, replaces every stored resume hand-off
+	// (replicas: a new leader offers them).
+	Handoffs *[]Handoff
+	// Restarts, when not nil, replaces every stored FATAL-restart
+	// request: node ID → shards as ranges text.
+	Restarts map[string]string
 }
 
 // Empty reports whether b has nothing to write.
 func (b *Batch) Empty() bool {
-	return b.Plan == nil && len(b.Nodes) == 0 && len(b.ShardStatus) == 0 && len(b.Buckets) == 0 && b.Budget == nil && len(b.Events) == 0
+	return b.Plan == nil && len(b.Nodes) == 0 && len(b.ShardStatus) == 0 && len(b.Buckets) == 0 && b.Budget == nil && len(b.Events) == 0 &&
+		b.Handoffs == nil && b.Restarts == nil
 }
 
 // CreateNode adds a node with its credential hash. It returns ErrExists if
@@ -148,17 +165,17 @@ func (s *Store) SetCredential(ctx context.Context, id string, credHash []byte) e
 // DeleteNode removes a node with its credential, pending enrollment and
 // shard status; ErrNotFound if there is none.
 func (s *Store) DeleteNode(ctx context.Context, id string) error {
-	tx, err := s.db.BeginTx(ctx, nil)
+	tx, err := s.begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
 	for _, q := range []string{`DELETE FROM enrollments WHERE node_id = ?`, `DELETE FROM shard_status WHERE node_id = ?`} {
-		if _, err := tx.ExecContext(ctx, q, id); err != nil {
+		if _, err := tx.exec(ctx, q, id); err != nil {
 			return err
 		}
 	}
-	res, err := tx.ExecContext(ctx, `DELETE FROM nodes WHERE id = ?`, id)
+	res, err := tx.exec(ctx, `DELETE FROM nodes WHERE id = ?`, id)
 	if err != nil {
 		return err
 	}
@@ -453,6 +470,11 @@ func (s *Store) Apply(ctx context.Context, b *Batch) (err error) {
 			tx.Rollback()
 		}
 	}()
+	if b.Fence != nil {
+		if err := tx.checkFence(ctx, b.Fence); err != nil {
+			return err
+		}
+	}
 	if b.Plan != nil {
 		ranges, err := json.Marshal(b.Plan.Ranges)
 		if err != nil {
@@ -498,10 +520,20 @@ func (s *Store) Apply(ctx context.Context, b *Batch) (err error) {
 			}
 		}
 	}
+	var term uint64
+	if b.Fence != nil {
+		term = b.Fence.Term
+	}
 	for _, g := range b.Buckets {
-		if _, err := tx.exec(ctx, `INSERT INTO identify_buckets(bucket, granted_at, shard_id, node_id) VALUES(?, ?, ?, ?)
-			ON CONFLICT(bucket) DO UPDATE SET granted_at = excluded.granted_at, shard_id = excluded.shard_id, node_id = excluded.node_id`,
-			g.Bucket, ms(g.GrantedAt), g.ShardID, g.NodeID); err != nil {
+		if b.GrantSpacing > 0 {
+			if err := tx.checkSpacing(ctx, g.Bucket, b.GrantSpacing, term); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.exec(ctx, `INSERT INTO identify_buckets(bucket, granted_at, shard_id, node_id, db_granted_at, grant_term) VALUES(?, ?, ?, ?, `+s.dbNowMS()+`, ?)
+			ON CONFLICT(bucket) DO UPDATE SET granted_at = excluded.granted_at, shard_id = excluded.shard_id, node_id = excluded.node_id,
+			db_granted_at = excluded.db_granted_at, grant_term = excluded.grant_term`,
+			g.Bucket, ms(g.GrantedAt), g.ShardID, g.NodeID, term); err != nil {
 			return fmt.Errorf("bucket %d: %w", g.Bucket, err)
 		}
 	}
@@ -511,6 +543,9 @@ func (s *Store) Apply(ctx context.Context, b *Batch) (err error) {
 			b.Budget.Total, b.Budget.Remaining, ms(b.Budget.ResetAt)); err != nil {
 			return fmt.Errorf("budget: %w", err)
 		}
+	}
+	if err := tx.writeHAState(ctx, b); err != nil {
+		return err
 	}
 	if len(b.Events) > 0 {
 		st, err := tx.prepare(ctx, `INSERT INTO events(at, kind, node_id, shard_id, detail) VALUES(?, ?, ?, ?, ?)`)

@@ -22,6 +22,7 @@ var migrations = []migration{
 	{2, "netboot inventory", schemaV2},
 	{3, "netboot enrollments", schemaV3},
 	{4, "fleet history", schemaV4},
+	{5, "controller replicas", schemaHA},
 }
 
 // schemaV4 is the dashboard's 24-hour fleet history (history.go): one row

@@ -28,6 +28,9 @@ type Page struct {
 	// Refresh, when set, is a same-site path the page moves on to at once
 	// (meta refresh; used after a one-time login link).
 	Refresh string
+	// Role is this controller replica's role and term ("leader, term 7"),
+	// "" when one controller runs alone (docs/ha.md).
+	Role string
 }
 
 // NavItem is one entry of the navigation bar.

@@ -1,0 +1,378 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/discord-pxe/dpxe/fleet/api"
+	"github.com/discord-pxe/dpxe/fleet/controller"
+	"github.com/discord-pxe/dpxe/fleet/store"
+)
+
+// Controller replicas (issue 20, docs/ha.md). With a postgres:// --db,
+// every `dpxe serve` is a replica: it campaigns for the store's leader
+// lease every third of --leader-lease, leads while it holds it
+// (controller.Lead, fenced writes), and otherwise forwards node and
+// operator API requests to the leader's advertised URL. Each replica
+// heartbeats its row in the replicas table; the check-in answer lists
+// the live replicas' URLs. On SQLite there is one process and no replica
+// layer.
+
+const (
+	// defaultLeaderLease is the leader lease: a dead leader's successor
+	// acts within about this long.
+	defaultLeaderLease = 10 * time.Second
+	// forwardedHeader marks a request one replica forwarded to another,
+	// so a request is forwarded at most once.
+	forwardedHeader = "X-Dpxe-Forwarded"
+)
+
+// haConfig is the replica part of serveConfig.
+type haConfig struct {
+	// ReplicaID names this replica in the replicas table (default: the
+	// host name and the --listen port).
+	ReplicaID string `json:"replica_id"`
+	// AdvertiseURL is how nodes and the other replicas reach this one
+	// (default: http:// and the --listen address, the host name when it
+	// listens on every address).
+	AdvertiseURL string `json:"advertise_url"`
+	// LeaderLease is the leader lease, renewed every third of it.
+	LeaderLease duration `json:"leader_lease"`
+}
+
+var haFlags struct {
+	id, advertise string
+	lease         time.Duration
+}
+
+func init() {
+	registerServePart(servePart{
+		name: "replicas",
+		flags: func(fs *flag.FlagSet) {
+			fs.StringVar(&haFlags.id, "replica-id", "", "this replica's name in `dpxe replicas` (postgres:// --db; default: host name and --listen port)")
+			fs.StringVar(&haFlags.advertise, "advertise-url", "", "URL nodes and other replicas use to reach this one (postgres:// --db; default: http:// and the --listen address)")
+			fs.DurationVar(&haFlags.lease, "leader-lease", defaultLeaderLease, "leader lease among replicas on one PostgreSQL (2s..2m); renewed every third of it")
+		},
+		apply:  applyHAFlags,
+		attach: attachHA,
+	})
+}
+
+func applyHAFlags(fs *flag.FlagSet, cfg *serveConfig) error {
+	h := &cfg.haConfig
+	if h.LeaderLease == 0 {
+		h.LeaderLease = duration(defaultLeaderLease)
+	}
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "replica-id":
+			h.ReplicaID = haFlags.id
+		case "advertise-url":
+			h.AdvertiseURL = haFlags.advertise
+		case "leader-lease":
+			h.LeaderLease = duration(haFlags.lease)
+		}
+	})
+	if l := time.Duration(h.LeaderLease); l < 2*time.Second || l > 2*time.Minute {
+		return fmt.Errorf("%w: leader_lease %v out of range 2s..2m", errUsage, l)
+	}
+	if h.AdvertiseURL != "" {
+		u, err := url.Parse(h.AdvertiseURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
+			return fmt.Errorf("%w: advertise_url %q: want http://HOST:PORT or https://HOST:PORT", errUsage, h.AdvertiseURL)
+		}
+		h.AdvertiseURL = strings.TrimSuffix(h.AdvertiseURL, "/")
+	}
+	if len(h.ReplicaID) > 128 {
+		return fmt.Errorf("%w: replica_id longer than 128 bytes", errUsage)
+	}
+	return nil
+}
+
+// replica is one `dpxe serve` among several on one PostgreSQL.
+type replica struct {
+	app    *fleetApp
+	log    *slog.Logger
+	lease  time.Duration
+	id     string // --replica-id
+	holder string // unique per process: id and a random suffix
+	poke   chan struct{}
+	// ready is closed after the first campaign: until then requests wait
+	// (at most a lease) instead of being refused for want of a leader.
+	ready     chan struct{}
+	readyOnce sync.Once
+
+	mu        sync.Mutex
+	advertise string
+	started   time.Time
+	proxies   map[string]*httputil.ReverseProxy
+}
+
+func attachHA(ctx context.Context, app *fleetApp, log *slog.Logger) (func(context.Context) error, error) {
+	if !store.IsPostgresURL(app.cfg.DB) {
+		return nil, nil
+	}
+	var suffix [6]byte
+	if _, err := rand.Read(suffix[:]); err != nil {
+		return nil, err
+	}
+	r := &replica{app: app, log: log, lease: time.Duration(app.cfg.LeaderLease), id: app.cfg.ReplicaID,
+		poke: make(chan struct{}, 1), ready: make(chan struct{}), started: time.Now(), proxies: map[string]*httputil.ReverseProxy{}}
+	r.holder = "-" + hex.EncodeToString(suffix[:])
+	app.controller.EnableHA(func(error) { r.wake() })
+	app.ha = r
+	app.mux.HandleFunc("GET /v1/replicas", r.listReplicas)
+	return r.run, nil
+}
+
+func (r *replica) wake() {
+	select {
+	case r.poke <- struct{}{}:
+	default:
+	}
+}
+
+// names fills in the replica ID and advertised URL from the listen
+// address, once it is known.
+func (r *replica) names() {
+	addr := r.app.listenAddr
+	host, port, _ := net.SplitHostPort(addr)
+	name, _ := os.Hostname()
+	if name == "" {
+		name = "localhost"
+	}
+	if r.id == "" {
+		r.id = name + ":" + port
+	}
+	r.holder = r.id + r.holder
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.advertise = r.app.cfg.AdvertiseURL
+	if r.advertise == "" {
+		if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+			host = name
+		}
+		r.advertise = "http://" + net.JoinHostPort(host, port)
+	}
+}
+
+// run campaigns every third of the lease until ctx ends, then resigns.
+func (r *replica) run(ctx context.Context) error {
+	r.names()
+	c := r.app.controller
+	st := r.app.store
+	r.log.Info("replica starting", "replica", r.id, "advertise", r.advertise, "leader_lease", r.lease)
+	every := r.lease / 3
+	margin := r.lease / 10
+	leading, term := false, uint64(0)
+	observed := time.Time{}
+	for {
+		start := time.Now()
+		// A renewal may take longer than its period on a busy database:
+		// the trust deadline, not this timeout, bounds the leadership.
+		cctx, cancel := context.WithTimeout(ctx, r.lease/2)
+		l, err := st.Campaign(cctx, r.holder, r.advertise, r.lease)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+		case err != nil:
+			r.log.Warn("leader campaign failed", "err", err, "leading", leading)
+			if leading && !c.Role().Leading {
+				leading = false
+				c.Follow(term, "")
+				r.log.Warn("role changed", "role", "follower", "term", term, "reason", "lease not renewed in time")
+			}
+		case l.Leader && (!leading || l.Term != term || !c.HoldsTerm(l.Term)):
+			lctx, cancel := context.WithTimeout(ctx, r.lease-margin)
+			err := c.Lead(lctx, store.Fence{Holder: r.holder, Term: l.Term}, r.advertise, start.Add(r.lease-margin))
+			cancel()
+			if err != nil {
+				r.log.Error("taking the lead failed", "term", l.Term, "err", err)
+				leading = false
+				break
+			}
+			leading, term = true, l.Term
+			r.log.Info("role changed", "role", "leader", "term", term, "replica", r.id)
+		case l.Leader:
+			c.Renewed(term, start.Add(r.lease-margin))
+		default:
+			if leading {
+				r.log.Warn("role changed", "role", "follower", "term", l.Term, "leader", l.URL)
+			}
+			leading, term = false, l.Term
+			c.Follow(l.Term, l.URL)
+			if time.Since(observed) >= r.lease {
+				observed = time.Now()
+				octx, cancel := context.WithTimeout(ctx, every)
+				if err := c.Observe(octx); err != nil {
+					r.log.Warn("reading the fleet's state failed", "err", err)
+				}
+				cancel()
+			}
+		}
+		if ctx.Err() == nil {
+			r.heartbeat(ctx, every)
+		}
+		r.readyOnce.Do(func() { close(r.ready) })
+		select {
+		case <-ctx.Done():
+			return r.stop(leading, term)
+		case <-time.After(time.Until(start.Add(every))):
+		case <-r.poke:
+		}
+	}
+}
+
+// heartbeat records this replica and refreshes the controller URLs that
+// check-in answers carry.
+func (r *replica) heartbeat(ctx context.Context, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	role := r.app.controller.Role()
+	st := r.app.store
+	if err := st.Heartbeat(ctx, store.Replica{ID: r.id, URL: r.advertise, Role: role.Name(), Term: role.Term, StartedAt: r.started}); err != nil {
+		r.log.Warn("replica heartbeat failed", "err", err)
+		return
+	}
+	rs, err := st.Replicas(ctx, r.lease)
+	if err != nil {
+		r.log.Warn("listing replicas failed", "err", err)
+		return
+	}
+	urls := make([]string, 0, len(rs))
+	for _, x := range rs {
+		urls = append(urls, x.URL)
+	}
+	r.app.controller.SetControllers(urls)
+}
+
+// stop resigns the lease (so another replica leads at once) and removes
+// this replica's row.
+func (r *replica) stop(leading bool, term uint64) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	c := r.app.controller
+	if leading {
+		// Write what is staged under the lease first, then let it go.
+		if err := c.Flush(ctx); err != nil {
+			r.log.Warn("last flush before resigning", "err", err)
+		}
+		c.Follow(term, "")
+		if err := r.app.store.Resign(ctx, r.holder, term); err != nil {
+			r.log.Warn("resigning the leader lease failed", "err", err)
+		} else {
+			r.log.Info("resigned the leader lease", "term", term)
+		}
+	}
+	if err := r.app.store.DeleteReplica(ctx, r.id); err != nil {
+		r.log.Warn("removing the replica row failed", "err", err)
+	}
+	return nil
+}
+
+// forward wraps the API: while this replica does not lead, node and
+// operator API requests (/v1/...) go to the leader's advertised URL,
+// once; without a reachable leader they get 503 with Retry-After.
+func (r *replica) forward(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if !strings.HasPrefix(req.URL.Path, "/v1/") || req.URL.Path == "/v1/replicas" {
+			h.ServeHTTP(w, req)
+			return
+		}
+		select {
+		case <-r.ready:
+		case <-req.Context().Done():
+			return
+		case <-time.After(r.lease):
+		}
+		role := r.app.controller.Role()
+		if role.Leading {
+			h.ServeHTTP(w, req)
+			return
+		}
+		r.mu.Lock()
+		self := r.advertise
+		r.mu.Unlock()
+		if role.LeaderURL == "" || role.LeaderURL == self || req.Header.Get(forwardedHeader) != "" {
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, `{"error":"no controller replica leads right now; retry, or ask another replica"}`, http.StatusServiceUnavailable)
+			return
+		}
+		req.Header.Set(forwardedHeader, r.id)
+		r.proxy(role.LeaderURL).ServeHTTP(w, req)
+	})
+}
+
+// proxy returns the reverse proxy to a leader URL.
+func (r *replica) proxy(target string) *httputil.ReverseProxy {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if p := r.proxies[target]; p != nil {
+		return p
+	}
+	u, err := url.Parse(target)
+	if err != nil {
+		u = &url.URL{Scheme: "http", Host: "invalid"}
+	}
+	p := httputil.NewSingleHostReverseProxy(u)
+	p.Transport = &http.Transport{
+		DialContext:           (&net.Dialer{Timeout: r.lease / 10}).DialContext,
+		ResponseHeaderTimeout: r.lease / 3,
+		MaxIdleConnsPerHost:   16,
+	}
+	p.ErrorLog = slog.NewLogLogger(r.log.Handler(), slog.LevelWarn)
+	p.ErrorHandler = func(w http.ResponseWriter, req *http.Request, err error) {
+		r.log.Warn("forwarding to the leader failed", "leader", target, "path", req.URL.Path, "err", err)
+		r.wake()
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, `{"error":"the leading controller replica does not answer; retry, or ask another replica"}`, http.StatusServiceUnavailable)
+	}
+	if len(r.proxies) > 32 {
+		clear(r.proxies)
+	}
+	r.proxies[target] = p
+	return p
+}
+
+// replicasResponse is the body of GET /v1/replicas.
+type replicasResponse struct {
+	Replicas []store.Replica `json:"replicas"`
+	// Answered is the answering replica's role.
+	Answered controller.Role `json:"answered"`
+	Replica  string          `json:"replica"`
+}
+
+// listReplicas answers GET /v1/replicas (admin token): every replica row
+// with its heartbeat's age, from this replica (never forwarded).
+func (r *replica) listReplicas(w http.ResponseWriter, req *http.Request) {
+	got := api.HashToken(strings.TrimPrefix(req.Header.Get("Authorization"), "Bearer "))
+	if subtle.ConstantTimeCompare(got[:], r.app.adminHash[:]) != 1 {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="dpxe"`)
+		http.Error(w, `{"error":"admin token required"}`, http.StatusUnauthorized)
+		return
+	}
+	ctx, cancel := context.WithTimeout(req.Context(), 5*time.Second)
+	defer cancel()
+	rs, err := r.app.store.Replicas(ctx, 0)
+	if err != nil {
+		r.log.Error("listing replicas", "err", err)
+		http.Error(w, `{"error":"store unavailable"}`, http.StatusServiceUnavailable)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(replicasResponse{Replicas: rs, Answered: r.app.controller.Role(), Replica: r.id})
+}

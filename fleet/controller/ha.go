@@ -1,0 +1,381 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/discord-pxe/dpxe/appliance"
+	"github.com/discord-pxe/dpxe/fleet/store"
+)
+
+// Replicas (issue 20, docs/ha.md). With EnableHA, the controller is one of
+// several `dpxe serve` replicas on one PostgreSQL database. Only the
+// replica that holds the store's leader lease (store.Campaign) acts: it
+// loads the fleet's state from the store when it takes the lead (Lead),
+// answers check-ins and Identify claims, rebalances, applies drains and
+// writes plans, and every batch it writes carries its term as a fence
+// (store.Batch.Fence), so a deposed leader's writes fail in the database
+// and it steps down. A leader also stops answering on its own once its
+// trust deadline passes (the last renewal's start plus the lease minus a
+// margin, on the monotonic clock): a paused leader that wakes after
+// another took over answers nothing from stale memory. The other replicas
+// follow: they refuse node requests with ErrNotLeader (`dpxe serve`
+// forwards those to the leader) and reload the stored state now and then
+// for their dashboard (Observe).
+
+// ErrNotLeader is returned, with EnableHA, by the calls only the leader
+// answers when this replica does not lead or no longer trusts its lease.
+var ErrNotLeader = errors.New("this controller replica does not lead")
+
+// haState is the replica state; guarded by Controller.mu.
+type haState struct {
+	enabled     bool
+	leading     bool
+	term        uint64
+	fence       *store.Fence
+	trustUntil  time.Time // monotonic: leading answers stop after it
+	leaderURL   string
+	controllers []string
+	onFenced    func(error)
+	// lost are ranges of stage sequences staged under a leadership that
+	// ended before they were committed: their waiters must fail.
+	lost []seqRange
+	// unfenced is a deliberate mutation for tests (DisableFencing).
+	unfenced bool
+	// The resume hand-offs and restart requests as last committed, so a
+	// batch carries them only when they changed.
+	wroteHandoffs map[uint32]store.Handoff
+	wroteRestarts map[string]string
+}
+
+type seqRange struct{ from, to uint64 }
+
+// maxLost bounds haState.lost; older ranges are long answered.
+const maxLost = 16
+
+// EnableHA makes the controller a replica that acts only while it leads
+// (Lead). onFenced, if set, is called (in its own goroutine) when a write
+// fails because another replica took the lease. Call it before serving.
+func (c *Controller) EnableHA(onFenced func(error)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ha.enabled = true
+	c.ha.onFenced = onFenced
+}
+
+// DisableFencing is a deliberate mutation for the replica tests: batches
+// are written without their term's fence and Identify grants without the
+// database's spacing check, so a deposed leader's writes land. Never in
+// production.
+func (c *Controller) DisableFencing() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ha.unfenced = true
+}
+
+// Role is the replica's view of leadership.
+type Role struct {
+	HA        bool   `json:"ha"`      // several replicas may run (EnableHA)
+	Leading   bool   `json:"leading"` // this replica acts
+	Term      uint64 `json:"term"`    // the latest term this replica saw
+	LeaderURL string `json:"leader_url,omitempty"`
+}
+
+// Name is "leader" or "follower" with EnableHA, "single" without.
+func (r Role) Name() string {
+	switch {
+	case !r.HA:
+		return "single"
+	case r.Leading:
+		return "leader"
+	}
+	return "follower"
+}
+
+// Role returns the replica's role now.
+func (c *Controller) Role() Role {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return Role{HA: c.ha.enabled, Leading: c.ha.enabled && c.ha.leading && time.Now().Before(c.ha.trustUntil),
+		Term: c.ha.term, LeaderURL: c.ha.leaderURL}
+}
+
+// SetControllers sets the URLs of the live replicas that check-in answers
+// carry (appliance.CheckinResponse.Controllers).
+func (c *Controller) SetControllers(urls []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !slices.Equal(c.ha.controllers, urls) {
+		c.ha.controllers = slices.Clone(urls)
+	}
+}
+
+// haCheckLocked returns ErrNotLeader when the replica may not act now.
+func (c *Controller) haCheckLocked() error {
+	if !c.ha.enabled {
+		return nil
+	}
+	if !c.ha.leading || !time.Now().Before(c.ha.trustUntil) {
+		return fmt.Errorf("%w (term %d, leader %s)", ErrNotLeader, c.ha.term, c.ha.leaderURL)
+	}
+	return nil
+}
+
+// haFieldsLocked adds the replica fields to a check-in answer.
+func (c *Controller) haFieldsLocked(resp *appliance.CheckinResponse) {
+	if !c.ha.enabled {
+		return
+	}
+	resp.Term = c.ha.term
+	resp.Controllers = slices.Clone(c.ha.controllers)
+}
+
+// Lead makes this replica the acting controller for fence.Term: it reloads
+// the fleet's state from the store (as a restart does, with its grace),
+// records a controller_start event under the fence, and answers until
+// trustUntil (monotonic; Renewed extends it). A failed load or first write
+// leaves it following.
+func (c *Controller) Lead(ctx context.Context, fence store.Fence, leaderURL string, trustUntil time.Time) error {
+	fresh, restored, err := load(ctx, c.st, c.Config(), c.now, c.log)
+	if err != nil {
+		return err
+	}
+	hs, err := c.st.Handoffs(ctx)
+	if err != nil {
+		return fmt.Errorf("controller: load hand-offs: %w", err)
+	}
+	rs, err := c.st.RestartRequests(ctx)
+	if err != nil {
+		return fmt.Errorf("controller: load restart requests: %w", err)
+	}
+	c.flushMu.Lock()
+	c.mu.Lock()
+	c.adoptLocked(fresh)
+	c.loadHandoffsLocked(hs, rs)
+	c.ha.leading, c.ha.term, c.ha.fence = true, fence.Term, &store.Fence{Holder: fence.Holder, Term: fence.Term}
+	c.ha.trustUntil, c.ha.leaderURL = trustUntil, leaderURL
+	c.eventLocked(c.now(), EventControllerStart, "", nil, fmt.Sprintf("leader of term %d: %s", fence.Term, c.loadDetail(restored)))
+	c.mu.Unlock()
+	err = c.flushHeld(ctx)
+	c.flushMu.Unlock()
+	if err != nil {
+		c.Follow(fence.Term, "")
+		return err
+	}
+	c.log.Info("leading", "term", fence.Term, "restored_live", restored, "generation", c.Generation())
+	return nil
+}
+
+// Renewed extends the trust deadline of term after a renewal of the lease.
+func (c *Controller) Renewed(term uint64, trustUntil time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ha.leading && c.ha.term == term {
+		c.ha.trustUntil = trustUntil
+	}
+}
+
+// Follow stops acting: changes staged and not yet committed are dropped
+// and their waiters fail with ErrNotLeader. term and leaderURL are the
+// current leadership as far as the replica knows ("" if unknown).
+func (c *Controller) Follow(term uint64, leaderURL string) {
+	c.mu.Lock()
+	was := c.ha.leading
+	c.stepDownLocked()
+	c.ha.term = max(c.ha.term, term)
+	c.ha.leaderURL = leaderURL
+	c.mu.Unlock()
+	if was {
+		c.log.Warn("stopped leading", "term", term, "leader", leaderURL)
+	}
+}
+
+// stepDownLocked ends the leadership in memory.
+func (c *Controller) stepDownLocked() {
+	c.ha.leading = false
+	c.ha.trustUntil = time.Time{}
+	if c.stage.seq > c.flushedSeq {
+		c.ha.lost = append(c.ha.lost, seqRange{c.flushedSeq + 1, c.stage.seq})
+		if len(c.ha.lost) > maxLost {
+			c.ha.lost = c.ha.lost[len(c.ha.lost)-maxLost:]
+		}
+	}
+	c.stage = stage{seq: c.stage.seq}
+}
+
+// lostLocked reports whether the change staged at seq was dropped.
+func (c *Controller) lostLocked(seq uint64) bool {
+	for _, r := range c.ha.lost {
+		if seq >= r.from && seq <= r.to {
+			return true
+		}
+	}
+	return false
+}
+
+// Observe reloads the stored state while following, so a follower's
+// dashboard and health show the fleet as the leader last wrote it. It
+// writes nothing.
+func (c *Controller) Observe(ctx context.Context) error {
+	if c.Role().Leading {
+		return nil
+	}
+	fresh, _, err := load(ctx, c.st, c.Config(), c.now, c.log)
+	if err != nil {
+		return err
+	}
+	c.flushMu.Lock()
+	defer c.flushMu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ha.leading {
+		return nil
+	}
+	c.adoptLocked(fresh)
+	return nil
+}
+
+// adoptLocked replaces the fleet state by fresh's, keeping the replica,
+// Gateway and callback state. In-flight grants of the old state stop
+// counting (grantEpoch); their buckets wait a window from the load.
+func (c *Controller) adoptLocked(fresh *Controller) {
+	c.nodes, c.live, c.holder = fresh.nodes, fresh.live, fresh.holder
+	c.gen, c.planChangedAt = fresh.gen, fresh.planChangedAt
+	c.dirty, c.lastRebalance, c.graceUntil, c.nextSweep = fresh.dirty, fresh.lastRebalance, fresh.graceUntil, fresh.nextSweep
+	c.lastGrant, c.answering = fresh.lastGrant, fresh.answering
+	c.grantEpoch++
+	c.order, c.budget = fresh.order, fresh.budget
+	c.handoffs = nil
+	c.genSeq = 0
+	c.stepDownLocked()
+	c.stage.budget = fresh.stage.budget
+}
+
+// haBatchLocked fences a batch of the leader's and adds the hand-offs and
+// restart requests when they changed since the last commit.
+func (c *Controller) haBatchLocked(b *store.Batch) {
+	if !c.ha.enabled || !c.ha.leading {
+		return
+	}
+	if !c.ha.unfenced {
+		b.Fence = c.ha.fence
+		b.GrantSpacing = c.cfg.IdentifyWindow
+	}
+	hs := make([]store.Handoff, 0, len(c.handoffs))
+	same := len(c.handoffs) == len(c.ha.wroteHandoffs)
+	for s, h := range c.handoffs {
+		x := store.Handoff{ShardID: s, From: h.from.id, SessionID: h.state.SessionID, Seq: h.state.Seq,
+			ResumeURL: h.state.ResumeURL, OfferedAt: h.at}
+		if w, ok := c.ha.wroteHandoffs[s]; !ok || !w.OfferedAt.Equal(x.OfferedAt) || w.From != x.From || w.SessionID != x.SessionID ||
+			w.Seq != x.Seq || w.ResumeURL != x.ResumeURL {
+			same = false
+		}
+		hs = append(hs, x)
+	}
+	if !same {
+		b.Handoffs = &hs
+	}
+	rs := map[string]string{}
+	for _, n := range c.live {
+		if len(n.restart) > 0 {
+			rs[n.id] = encodeHeld(n.restart)
+		}
+	}
+	if !maps.Equal(rs, c.ha.wroteRestarts) {
+		b.Restarts = rs
+	}
+}
+
+// haCommittedLocked notes what a committed batch wrote.
+func (c *Controller) haCommittedLocked(b *store.Batch) {
+	if b.Handoffs != nil {
+		c.ha.wroteHandoffs = map[uint32]store.Handoff{}
+		for _, h := range *b.Handoffs {
+			c.ha.wroteHandoffs[h.ShardID] = h
+		}
+	}
+	if b.Restarts != nil {
+		c.ha.wroteRestarts = b.Restarts
+	}
+}
+
+// loadHandoffsLocked restores the stored hand-offs and restart requests
+// of live nodes after a load (Lead).
+func (c *Controller) loadHandoffsLocked(hs []store.Handoff, rs map[string]string) {
+	c.ha.wroteHandoffs, c.ha.wroteRestarts = map[uint32]store.Handoff{}, rs
+	for _, h := range hs {
+		c.ha.wroteHandoffs[h.ShardID] = h
+		n := c.nodes[h.From]
+		if n == nil || h.ShardID >= c.cfg.TotalShards {
+			continue
+		}
+		if c.handoffs == nil {
+			c.handoffs = map[uint32]*handoff{}
+		}
+		c.handoffs[h.ShardID] = &handoff{from: n, at: h.OfferedAt,
+			state: appliance.ResumeState{ShardID: h.ShardID, SessionID: h.SessionID, Seq: h.Seq, ResumeURL: h.ResumeURL}}
+	}
+	for id, text := range rs {
+		n := c.nodes[id]
+		if n == nil || !n.live {
+			continue
+		}
+		shards, err := decodeHeld(text, c.cfg.TotalShards)
+		if err != nil {
+			c.log.Warn("stored restart requests unreadable; dropped", "node", id, "err", err)
+			continue
+		}
+		for _, s := range shards {
+			if n.plan.Contains(s) {
+				n.restart = append(n.restart, s)
+			}
+		}
+	}
+}
+
+// haFlushRefusedLocked drops a follower's stage, so it writes nothing;
+// the waiters of what was staged fail with ErrNotLeader (lost).
+func (c *Controller) haFlushRefusedLocked() error {
+	if c.ha.enabled && !c.ha.leading {
+		c.stepDownLocked()
+	}
+	return nil
+}
+
+// HoldsTerm reports whether the replica acts for term, trusted or not.
+func (c *Controller) HoldsTerm(term uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ha.leading && c.ha.term == term
+}
+
+// haFlushFailed handles a failed leader write: a fenced one ends the
+// leadership.
+func (c *Controller) haFlushFailed(err error) {
+	if !errors.Is(err, store.ErrFenced) {
+		return
+	}
+	c.mu.Lock()
+	term := c.ha.term
+	was := c.ha.leading
+	c.stepDownLocked()
+	onFenced := c.ha.onFenced
+	c.mu.Unlock()
+	if was {
+		c.log.Warn("write fenced off: another replica leads", "term", term, "err", err)
+	}
+	if onFenced != nil {
+		go onFenced(err)
+	}
+}
+
+// Generation returns the current plan generation.
+func (c *Controller) Generation() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gen
+}

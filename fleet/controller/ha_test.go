@@ -1,0 +1,189 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/discord-pxe/dpxe/appliance"
+	"github.com/discord-pxe/dpxe/fleet/store"
+)
+
+// replicaPair is two controllers with EnableHA on one store (a SQLite file,
+// or PostgreSQL with DPXE_TEST_STORE=postgres), each with its own
+// connection pool, like two `dpxe serve` processes.
+type replicaPair struct {
+	t     *testing.T
+	clock *fakeClock
+	st    [2]*store.Store
+	c     [2]*Controller
+}
+
+func newReplicaPair(t *testing.T, cfg Config) *replicaPair {
+	t.Helper()
+	if cfg.RebalanceEvery == 0 {
+		cfg.RebalanceEvery = -1
+	}
+	p := &replicaPair{t: t, clock: newFakeClock()}
+	path := newStorePath(t)
+	for i := range 2 {
+		st, err := store.Open(context.Background(), path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		c, err := New(context.Background(), st, cfg, p.clock.Now, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.EnableHA(nil)
+		p.st[i], p.c[i] = st, c
+	}
+	return p
+}
+
+// lead makes replica i campaign with ttl until it leads, and act.
+func (p *replicaPair) lead(i int, ttl time.Duration) uint64 {
+	p.t.Helper()
+	ctx := context.Background()
+	holder := string(rune('a' + i))
+	for end := time.Now().Add(10 * ttl); ; {
+		start := time.Now()
+		l, err := p.st[i].Campaign(ctx, holder, "http://"+holder, ttl)
+		if err != nil {
+			p.t.Fatal(err)
+		}
+		if l.Leader {
+			if err := p.c[i].Lead(ctx, store.Fence{Holder: holder, Term: l.Term}, "http://"+holder, start.Add(time.Hour)); err != nil {
+				p.t.Fatal(err)
+			}
+			return l.Term
+		}
+		if time.Now().After(end) {
+			p.t.Fatalf("replica %d never led: %+v", i, l)
+		}
+		time.Sleep(ttl / 5)
+	}
+}
+
+// TestReplicaFollowerRefusesAndLeaderFenced: a follower answers no
+// check-in or claim (ErrNotLeader); the leader does, with its term. When
+// the other replica takes the lease while the first still believes it
+// leads (a paused leader whose trust deadline has not passed, forced here
+// by a long one), the deposed leader's grant fails in its commit
+// (store.ErrFenced), so it is not answered, and the replica steps down;
+// the new leader, loaded from the store, keeps the shards with their
+// holder and waits a window before any grant. With fencing disabled (the
+// deliberate mutation) the deposed leader's grant goes through.
+func TestReplicaFollowerRefusesAndLeaderFenced(t *testing.T) {
+	for _, mutate := range []bool{false, true} {
+		p := newReplicaPair(t, Config{TotalShards: 4, MaxConcurrency: 1, IdentifyWindow: time.Second})
+		ctx := context.Background()
+		a, b := p.c[0], p.c[1]
+		cred, err := a.AddNode(ctx, "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = cred
+		req := &appliance.CheckinRequest{NodeID: "n1", Capacity: 4}
+		if _, err := a.Checkin(ctx, req, "127.0.0.1"); !errors.Is(err, ErrNotLeader) {
+			t.Fatalf("check-in at a replica that never led: %v", err)
+		}
+		const ttl = 300 * time.Millisecond
+		term := p.lead(0, ttl)
+		r, err := a.Checkin(ctx, req, "127.0.0.1")
+		if err != nil || r.Term != term || len(r.Assigned) != 4 || len(r.Pending) != 0 {
+			t.Fatalf("check-in at the leader: %+v %v", r, err)
+		}
+		if _, err := b.Checkin(ctx, req, "127.0.0.1"); !errors.Is(err, ErrNotLeader) {
+			t.Fatalf("check-in at the follower: %v", err)
+		}
+		p.clock.Advance(2 * time.Second) // the window every bucket waits after a load
+		if g, err := a.Identify(ctx, appliance.IdentifyRequest{NodeID: "n1", ShardID: 0}); err != nil || !g.Granted {
+			t.Fatalf("first grant: %+v %v", g, err)
+		}
+		if mutate {
+			a.DisableFencing()
+		}
+		// b takes over once a's lease expires on the database's clock.
+		term2 := p.lead(1, ttl)
+		if term2 != term+1 {
+			t.Fatalf("term %d after %d", term2, term)
+		}
+		if owners := b.Owners(); owners[0] != "n1" || owners[3] != "n1" {
+			t.Fatalf("new leader's owners: %v", owners)
+		}
+		if g, err := b.Identify(ctx, appliance.IdentifyRequest{NodeID: "n1", ShardID: 1}); err != nil || g.Granted {
+			t.Fatalf("new leader granted at once after takeover: %+v %v", g, err)
+		}
+		p.clock.Advance(2 * time.Second) // a's window is over in its memory
+		g, err := a.Identify(ctx, appliance.IdentifyRequest{NodeID: "n1", ShardID: 1})
+		if mutate {
+			if err != nil || !g.Granted {
+				t.Fatalf("mutation: the deposed leader's grant should land: %+v %v", g, err)
+			}
+			continue
+		}
+		if !(errors.Is(err, ErrNotLeader) || errors.Is(err, store.ErrFenced)) || g.Granted {
+			t.Fatalf("deposed leader's grant: %+v %v", g, err)
+		}
+		if a.Role().Leading {
+			t.Fatal("a still leads after its write was fenced")
+		}
+		if _, err := a.Checkin(ctx, req, "127.0.0.1"); !errors.Is(err, ErrNotLeader) {
+			t.Fatalf("deposed leader's check-in: %v", err)
+		}
+		r, err = b.Checkin(ctx, &appliance.CheckinRequest{NodeID: "n1", Capacity: 4, Generation: r.Generation}, "127.0.0.1")
+		if err != nil || r.Term != term2 || len(r.Pending) != 0 || len(r.Assigned) != 4 {
+			t.Fatalf("check-in at the new leader: %+v %v", r, err)
+		}
+	}
+}
+
+// TestReplicaTakeoverKeepsHandoffsAndRestarts: a resume hand-off and a
+// FATAL-restart request recorded by one leader are offered and repeated
+// by the next, which loads them from the store.
+func TestReplicaTakeoverKeepsHandoffsAndRestarts(t *testing.T) {
+	p := newReplicaPair(t, Config{TotalShards: 4, MaxConcurrency: 1})
+	ctx := context.Background()
+	a, b := p.c[0], p.c[1]
+	for _, id := range []string{"n1", "n2"} {
+		if _, err := a.AddNode(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const ttl = 300 * time.Millisecond
+	p.lead(0, ttl)
+	checkin := func(c *Controller, id string, gen uint64, shards ...appliance.ShardStatus) appliance.CheckinResponse {
+		t.Helper()
+		r, err := c.Checkin(ctx, &appliance.CheckinRequest{NodeID: id, Capacity: 4, Generation: gen, Shards: shards}, "127.0.0.1")
+		if err != nil {
+			t.Fatalf("check-in of %s: %v", id, err)
+		}
+		return r
+	}
+	r1 := checkin(a, "n1", 0)
+	r1 = checkin(a, "n1", r1.Generation, shardsIn(0, 4, appliance.ShardFatal, 0)...)
+	if _, err := a.RestartFatal(ctx, "n1", []uint32{0}); err != nil {
+		t.Fatal(err)
+	}
+	r2 := checkin(a, "n2", 0) // n2 joins: shards 2-3 move to it, pending
+	if len(r2.Pending) != 2 {
+		t.Fatalf("n2 joins: %+v", r2)
+	}
+	st := shardsIn(0, 2, appliance.ShardFatal, 0)
+	st = append(st, released(2, "s2", 20), released(3, "s3", 30))
+	r1 = checkin(a, "n1", r2.Generation, st...) // acknowledges, releasing 2-3 resumably
+	if err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p.lead(1, ttl)
+	r2 = checkin(b, "n2", r2.Generation)
+	if res := resumeOf(r2); len(r2.Pending) != 0 || res[2].SessionID != "s2" || res[3].Seq != 30 {
+		t.Fatalf("n2 at the new leader: %+v", r2)
+	}
+	if r1 = checkin(b, "n1", r1.Generation, shardsIn(0, 2, appliance.ShardFatal, 0)...); len(r1.RestartShards) != 1 || r1.RestartShards[0] != 0 {
+		t.Fatalf("n1 at the new leader: %+v", r1)
+	}
+}
