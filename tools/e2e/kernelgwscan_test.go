@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"regexp"
 	"testing"
 	"time"
 
@@ -43,4 +44,9 @@ func TestKernelGatewayScan(t *testing.T) {
 		}
 	}
 	t.Logf("%d cases (%d accepted), %d differ from appliance.ScanMessage", len(corpus), oks, bad)
+	if m := regexp.MustCompile(`gwscan throughput .*`).FindString(res.Serial); m != "" {
+		t.Logf("kernel (qemu64 under TCG): %s", m)
+	} else {
+		t.Error("no gwscan throughput line")
+	}
 }
