@@ -32,8 +32,15 @@ func TestKernelGatewayLargeMessages(t *testing.T) {
 	if v, err := strconv.Atoi(os.Getenv("DPXE_STREAM_GC_MIB")); err == nil && v > 0 && v <= 64 {
 		gcBytes = v << 20
 	}
+	// A heartbeat's ACK waits behind the GUILD_CREATE on its connection,
+	// and the emulator compresses it first: past 16 MiB, 2 s is too short
+	// under TCG (Discord's interval is 41.25 s).
+	beat := 2 * time.Second
+	if gcBytes > 16<<20 {
+		beat = 20 * time.Second
+	}
 	l := newGWLab(t, ctx, "10.97.0", gatewayemu.Options{
-		HeartbeatInterval: 2 * time.Second, Shards: 2, MaxConcurrency: 2,
+		HeartbeatInterval: beat, Shards: 2, MaxConcurrency: 2,
 		GuildIDs:               []uint64{2 << 22, 3 << 22}, // one routed guild per shard: READY, then one GUILD_CREATE
 		ReadyUnavailableGuilds: 4600, GuildCreateBytes: []int{gcBytes}, FragmentFrames: 16, Seed: 1,
 	}, "--total-shards", "2", "--lease", "15s")
@@ -41,7 +48,7 @@ func TestKernelGatewayLargeMessages(t *testing.T) {
 	nodes := []*gwNode{l.boot("gw-zlib", "virtio-net-pci", 1), l.boot("gw-plain", "virtio-net-pci", 1)}
 
 	// Both shards: READY, the GUILD_CREATE and 3 heartbeats after it.
-	l.awaitEmu(150*time.Second, "two shards with READY, an 8 MiB GUILD_CREATE and 3 heartbeats", func(s gatewayemu.State) bool {
+	l.awaitEmu(150*time.Second+3*beat, "two shards with READY, an 8 MiB GUILD_CREATE and 3 heartbeats", func(s gatewayemu.State) bool {
 		n := 0
 		for _, c := range s.Connections {
 			if c.Open && c.Shard != nil && c.Dispatches >= 2 && c.ClientEvents >= 4 { // Identify + 3 heartbeats
@@ -56,7 +63,7 @@ func TestKernelGatewayLargeMessages(t *testing.T) {
 	zlibShard := -1
 	for i, n := range nodes {
 		var last []string
-		deadline := time.Now().Add(10 * time.Second)
+		deadline := time.Now().Add(10*time.Second + time.Duration(gcBytes>>20)*time.Second)
 		for last == nil || last[2] != "GUILD_CREATE" {
 			all := sink.FindAllStringSubmatch(n.serial.String(), -1)
 			if len(all) > 0 {
@@ -115,7 +122,7 @@ func TestKernelGatewayLargeMessages(t *testing.T) {
 	if nodes[0].serial.waitFor(regexp.MustCompile(fmt.Sprintf(`shard %d: READY \(resumed`, sh)), 60*time.Second) == nil {
 		t.Fatalf("shard %d did not Resume after the corrupt stream", sh)
 	}
-	l.awaitEmu(30*time.Second, "the resumed shard on a new compressed connection with 2 heartbeats", func(s gatewayemu.State) bool {
+	l.awaitEmu(30*time.Second+2*beat, "the resumed shard on a new compressed connection with 2 heartbeats", func(s gatewayemu.State) bool {
 		if s.Counters.Resumes <= resumesBefore {
 			return false
 		}
