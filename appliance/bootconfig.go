@@ -50,6 +50,7 @@ type BootConfig struct {
 	Capacity    uint32 // capacity=, shards this node offers (1..128)
 	SelfTest    bool   // selftest=1 runs the self-tests and exits QEMU
 	CryptoTest  bool   // cryptotest=1 runs the cryptography self-tests and exits QEMU
+	NoZlib      bool   // zlib=0: Gateway sessions without compress=zlib-stream (on by default)
 	Seed        uint32 // seed=, PRNG seed of the differential self-test
 	StaticIP    string // ip=, A.B.C.D/NN[,GW]: a static address instead of DHCP (see ParseStaticIP)
 	TCPTest     string // tcptest=, A.B.C.D:PORT[,BYTES]: the kernel's TCP client test (see ParseTCPTestSpec)
@@ -153,6 +154,11 @@ var bootKeys = []bootKey{
 	{"cryptotest", "1 runs the kernel's cryptography self-tests (vectors from the first module) and powers off, 0 does not", func(c *BootConfig, v string) error {
 		n, err := parseBounded(v, 0, 1)
 		c.CryptoTest = n == 1
+		return err
+	}},
+	{"zlib", "0 makes the Gateway sessions plain JSON, without compress=zlib-stream; 1 (the default) asks for it", func(c *BootConfig, v string) error {
+		n, err := parseBounded(v, 0, 1)
+		c.NoZlib = err == nil && n == 0
 		return err
 	}},
 }
@@ -378,6 +384,9 @@ func (c BootConfig) String() string {
 	if c.CryptoTest {
 		add("cryptotest", "1")
 	}
+	if c.NoZlib {
+		add("zlib", "0")
+	}
 	return strings.Join(parts, " ")
 }
 
@@ -434,5 +443,7 @@ func (c *BootConfig) clear(key string) {
 		c.TCPTest = ""
 	case "cryptotest":
 		c.CryptoTest = false
+	case "zlib":
+		c.NoZlib = false
 	}
 }

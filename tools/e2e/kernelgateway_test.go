@@ -54,6 +54,8 @@ type gwLab struct {
 	// nodeController, when set, is the controller URL the nodes boot with
 	// instead of server (a proxy in front of it).
 	nodeController string
+	// nodeConfig, when set, adjusts the boot config of the i-th node booted.
+	nodeConfig func(i int, c *appliance.BootConfig)
 }
 
 type gwNode struct {
@@ -183,6 +185,9 @@ func (l *gwLab) boot(id, nic string, capacity uint32) *gwNode {
 	}
 	cfg := appliance.BootConfig{NodeID: id, Controller: controller, Credential: m[1],
 		Capacity: capacity, HasCapacity: capacity != 0, StaticIP: fmt.Sprintf("%s.%d/24,%s.1", l.subnet, 30+i, l.subnet)}
+	if l.nodeConfig != nil {
+		l.nodeConfig(i, &cfg)
+	}
 	n := &gwNode{id: id, serial: &nodeSerial{}, quit: make(chan struct{})}
 	o := qemu.Options{
 		Firmware: qemu.SeaBIOS,
