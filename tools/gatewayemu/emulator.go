@@ -77,6 +77,8 @@ type Emulator struct {
 	identifies        []IdentifyRecord
 	firstBeats        []FirstHeartbeat
 	beats             []HeartbeatRecord // with Options.RecordHeartbeats
+	commands          []CommandRecord   // ops 3, 4, 8 received
+	commandsDropped   uint64
 	violations        []Violation
 	malformedFrames   map[string]uint64    // malformed client frames by reason
 	closedStats       []ConnStats          // records of closed connections, oldest first
@@ -358,6 +360,13 @@ func (e *Emulator) Identifies() []IdentifyRecord {
 	return append([]IdentifyRecord(nil), e.identifies...)
 }
 
+// Commands returns the Gateway commands (ops 3, 4, 8) received so far.
+func (e *Emulator) Commands() []CommandRecord {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]CommandRecord{}, e.commands...)
+}
+
 // FirstHeartbeats returns, for every connection that heartbeated, how long
 // after Hello its first heartbeat came (join with IdentifyRecord.Conn for
 // the shard). Clients jitter the first heartbeat; tests compare it with
@@ -418,6 +427,8 @@ func (e *Emulator) State() State {
 		Violations:            append([]Violation{}, e.violations...),
 		MalformedClientFrames: maps.Clone(e.malformedFrames),
 		Connections:           e.connStatsLocked(),
+		Commands:              append([]CommandRecord{}, e.commands...),
+		CommandsDropped:       e.commandsDropped,
 		AckSuppressed:         []int{},
 	}
 	for id := range e.noAck {

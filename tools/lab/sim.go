@@ -13,9 +13,11 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/nats-io/nats.go"
 
 	"github.com/discord-pxe/dpxe/appliance"
 	"github.com/discord-pxe/dpxe/fleet/events"
@@ -97,8 +99,11 @@ func (l *Lab) addSimNode(ctx context.Context, n int) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	l.mu.Lock()
+	nc := l.nc
+	l.mu.Unlock()
 	s := &simNode{id: name, api: newClient(l.URL, out.Credential), gateway: gw, botToken: strings.TrimSpace(string(tok)),
-		shards: map[uint32]*simShard{}, done: make(chan struct{}), pub: pub}
+		shards: map[uint32]*simShard{}, done: make(chan struct{}), pub: pub, nc: nc}
 	sctx, cancel := context.WithCancel(l.runCtx)
 	s.cancel = cancel
 	go s.run(sctx)
@@ -122,6 +127,9 @@ type simNode struct {
 	// pub publishes every dispatch (nil: no event delivery). Resumes are
 	// not simulated, so a session's acknowledged sequence is not used.
 	pub *events.Publisher
+	// nc answers the workers' commands for the shards the node runs
+	// (nil: no event delivery, no commands).
+	nc *nats.Conn
 
 	mu      sync.Mutex
 	shards  map[uint32]*simShard
@@ -135,6 +143,25 @@ type simShard struct {
 	st     appliance.ShardStatus
 	cancel context.CancelFunc
 	done   chan struct{}
+	// send checks and sends a worker's command on the current
+	// connection (nil between connections); released is set once the
+	// node gives the shard up.
+	send     events.CommandHandler
+	released bool
+}
+
+// command answers a worker's command for shard id of total: through the
+// current connection, or refused (not_owner once released, otherwise
+// not_ready, after the checks that need no connection).
+func (s *simShard) command(body []byte, id, total uint32) events.CommandReply {
+	s.mu.Lock()
+	send, released := s.send, s.released
+	s.mu.Unlock()
+	if send != nil && !released {
+		return send(body)
+	}
+	_, r := events.CheckCommand(body, events.ShardView{Shard: id, TotalShards: total, Owned: !released})
+	return r
 }
 
 func (s *simShard) set(f func(st *appliance.ShardStatus)) {
@@ -294,8 +321,22 @@ type gatewayPayload struct {
 	raw []byte
 }
 
-// runShard keeps one shard's session up until ctx ends.
+// runShard keeps one shard's session up until ctx ends, and answers the
+// workers' commands for the shard meanwhile.
 func (s *simNode) runShard(ctx context.Context, sh *simShard, id, total uint32) {
+	if s.nc != nil {
+		sub, err := events.ServeCommands(s.nc, labEventsApp, id, func(body []byte) events.CommandReply {
+			r := sh.command(body, id, total)
+			r.Node = s.id
+			return r
+		})
+		if err == nil {
+			defer func() {
+				sh.set(func(*appliance.ShardStatus) { sh.released = true })
+				sub.Unsubscribe()
+			}()
+		}
+	}
 	for ctx.Err() == nil {
 		err := s.session(ctx, sh, id, total)
 		if ctx.Err() != nil {
@@ -396,15 +437,47 @@ func (s *simNode) session(ctx context.Context, sh *simShard, id, total uint32) e
 	if p.Op != 10 || json.Unmarshal(p.D, &hello) != nil || hello.HeartbeatInterval <= 0 {
 		return fmt.Errorf("expected Hello, got op %d", p.Op)
 	}
+	interval := time.Duration(hello.HeartbeatInterval) * time.Millisecond
+	// Every event the connection sends is noted in its send budget;
+	// workers' commands go out only within it (events.CheckCommand). A
+	// heartbeat interval shorter than Discord's (the lab's tests) shrinks
+	// the 60 s window by the same ratio, as the emulator does.
+	window := 60 * time.Second
+	if interval < 41250*time.Millisecond {
+		window = time.Duration(float64(window) * float64(interval) / float64(41250*time.Millisecond))
+	}
+	budget := events.NewSendBudget(window)
 	var wmu sync.Mutex
+	write := func(b []byte) error {
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		err := conn.Write(wctx, websocket.MessageText, b)
+		if err == nil {
+			budget.Note()
+		}
+		return err
+	}
 	send := func(v any) error {
 		b, _ := json.Marshal(v)
 		wmu.Lock()
 		defer wmu.Unlock()
-		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		return conn.Write(wctx, websocket.MessageText, b)
+		return write(b)
 	}
+	var ready atomic.Bool
+	sh.set(func(*appliance.ShardStatus) {
+		sh.send = func(body []byte) events.CommandReply {
+			wmu.Lock()
+			defer wmu.Unlock()
+			cmd, r := budget.Check(body, events.ShardView{Shard: id, TotalShards: total, Owned: true, Ready: ready.Load()}, interval)
+			if r.Status == events.CodeOK {
+				if err := write(cmd.Frame); err != nil {
+					r.Status, r.Reason = events.CodeNotReady, "the connection failed: "+shortError(err)
+				}
+			}
+			return r
+		}
+	})
+	defer sh.set(func(*appliance.ShardStatus) { sh.send = nil })
 	var seqMu sync.Mutex
 	var seq *int64
 	acked := true
@@ -418,7 +491,6 @@ func (s *simNode) session(ctx context.Context, sh *simShard, id, total uint32) e
 		seqMu.Unlock()
 		return send(map[string]any{"op": 1, "d": d})
 	}
-	interval := time.Duration(hello.HeartbeatInterval) * time.Millisecond
 	hctx, stopBeats := context.WithCancel(ctx)
 	defer stopBeats()
 	go func() {
@@ -457,6 +529,7 @@ func (s *simNode) session(ctx context.Context, sh *simShard, id, total uint32) e
 					return
 				}
 				if p.T != nil && (*p.T == "READY" || *p.T == "RESUMED") {
+					ready.Store(true)
 					sh.set(func(st *appliance.ShardStatus) {
 						st.State, st.SeqValid, st.LastError, st.CloseCode = appliance.ShardReady, true, "", 0
 					})
