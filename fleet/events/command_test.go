@@ -32,7 +32,7 @@ func TestCheckCommandRule(t *testing.T) {
 	big := `{"op":3,"d":{"status":"` + strings.Repeat("x", MaxCommandBytes) + `"}}`
 	cases := []struct {
 		name, body, code string
-		mod                  func(*ShardView)
+		mod              func(*ShardView)
 	}{
 		{"presence", `{"op":3,"d":{"since":null,"activities":[],"status":"online","afk":false}}`, CodeOK, nil},
 		{"presence, d first, spaces", ` { "d" : {} , "op" : 3 } `, CodeOK, nil},
