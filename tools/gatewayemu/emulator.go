@@ -79,6 +79,7 @@ type Emulator struct {
 	beats             []HeartbeatRecord // with Options.RecordHeartbeats
 	commands          []CommandRecord   // ops 3, 4, 8 received
 	commandsDropped   uint64
+	rest              restState // REST messages and the pings they answer
 	violations        []Violation
 	malformedFrames   map[string]uint64    // malformed client frames by reason
 	closedStats       []ConnStats          // records of closed connections, oldest first
@@ -123,6 +124,7 @@ func New(opts Options) (*Emulator, error) {
 
 		malformedFrames:   map[string]uint64{},
 		memberRequests:    map[uint64]time.Time{},
+		rest:              restState{buckets: map[string][]time.Time{}},
 		resumeUnavailable: o.ResumeUnavailable,
 	}
 	e.budget = budgetState{remaining: o.SessionStarts, periodStart: o.Now()}
@@ -429,6 +431,7 @@ func (e *Emulator) State() State {
 		Connections:           e.connStatsLocked(),
 		Commands:              append([]CommandRecord{}, e.commands...),
 		CommandsDropped:       e.commandsDropped,
+		REST:                  e.restRecordLocked(),
 		AckSuppressed:         []int{},
 	}
 	for id := range e.noAck {

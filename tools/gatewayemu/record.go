@@ -250,6 +250,9 @@ type State struct {
 	// record's bound.
 	Commands        []CommandRecord `json:"commands"`
 	CommandsDropped uint64          `json:"commands_dropped"`
+	// REST is the record of messages created through REST and of the
+	// synthetic "!ping"s.
+	REST RESTRecord `json:"rest"`
 }
 
 func shardPtr(id, num int) *[2]int { s := [2]int{id, num}; return &s }

@@ -248,6 +248,11 @@ func (e *Emulator) runMessages(s *session) {
 		if len(s.guilds) > 0 {
 			g = s.guilds[int(n)%len(s.guilds)]
 		}
-		e.dispatch(s, "MESSAGE_CREATE", messageCreateData(n, g, e.opts.Now()))
+		d := messageCreateData(n, g, e.opts.Now())
+		if e.opts.PingEvery > 0 && g != 0 && n%uint64(e.opts.PingEvery) == 0 {
+			d["content"] = PingContent
+			e.notePing(s, d)
+		}
+		e.dispatch(s, "MESSAGE_CREATE", d)
 	}
 }
