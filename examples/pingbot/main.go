@@ -144,7 +144,6 @@ func (b *bot) markAnswered(id string) {
 	}
 }
 
-
 // reply posts content as a reply to message msgID in channel. A 429 is
 // waited out (its retry_after) and tried again, up to 5 attempts; a 5xx
 // too, after a second. Any other refusal is logged and dropped: retrying
