@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -255,4 +257,97 @@ func TestLabSimulatedCommands(t *testing.T) {
 		t.Errorf("emulator violation %s: %s", v.Kind, v.Detail)
 	}
 	t.Logf("flood on shard 3: %d sent, %d rate_limited", ok, limited)
+}
+
+var pingbotOnce sync.Once
+
+// pingbotBinary builds examples/pingbot beside the lab's other binaries.
+func pingbotBinary(t *testing.T) string {
+	t.Helper()
+	binaries(t)
+	path := filepath.Join(buildDir, "pingbot")
+	var err error
+	pingbotOnce.Do(func() {
+		cmd := exec.Command("go", "build", "-o", path, "./examples/pingbot")
+		cmd.Dir = repoRoot(t)
+		if out, berr := cmd.CombinedOutput(); berr != nil {
+			err = fmt.Errorf("go build ./examples/pingbot: %v\n%s", berr, out)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestLabSimulatedPingbot is `make run`'s bot path with simulated nodes:
+// emulator messages (every third a "!ping") → simulated nodes → JetStream
+// → pingbot (its own process) → the emulator's REST API. It waits for 15
+// replies, then checks that every reply answers a ping the emulator sent,
+// no ping got two, and the lab's table shows the counts.
+func TestLabSimulatedPingbot(t *testing.T) {
+	cfg, log := testConfig(t, 2)
+	cfg.Simulate = true
+	cfg.MessageRate = 5
+	cfg.PingEvery = 3
+	cfg.Pingbot = pingbotBinary(t)
+	l, err := Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("start: %v\n%s", err, log.String())
+	}
+	defer func() {
+		l.Stop()
+		if t.Failed() {
+			t.Logf("lab log:\n%s\npingbot log:\n%s", log.String(), tail(filepath.Join(cfg.Var, "pingbot.log"), 40))
+		}
+	}()
+	if !l.Pingbot {
+		t.Fatal("the lab did not start pingbot")
+	}
+	var rep Report
+	waitUntil(t, 60*time.Second, "15 replies", func() string {
+		if rep, err = l.Status(context.Background()); err != nil {
+			return err.Error()
+		}
+		if rep.Replies < 15 {
+			return fmt.Sprintf("%d pings, %d replies", rep.Pings, rep.Replies)
+		}
+		return ""
+	})
+	var st struct {
+		REST struct {
+			Messages []struct {
+				Content string `json:"content"`
+				ReplyTo string `json:"reply_to"`
+			} `json:"messages"`
+			Pings []struct {
+				MessageID string `json:"message_id"`
+			} `json:"pings"`
+		} `json:"rest"`
+	}
+	if err := newClient(l.GatewayURL, "").do(context.Background(), "GET", "/debug/state", nil, &st); err != nil {
+		t.Fatal(err)
+	}
+	pinged := map[string]bool{}
+	for _, p := range st.REST.Pings {
+		pinged[p.MessageID] = true
+	}
+	replies := map[string]int{}
+	for _, m := range st.REST.Messages {
+		replies[m.ReplyTo]++
+		if m.Content != "pong" || !pinged[m.ReplyTo] {
+			t.Errorf("posted %q replying to %q, which is not a ping the emulator sent", m.Content, m.ReplyTo)
+		}
+	}
+	for id, n := range replies {
+		if n != 1 {
+			t.Errorf("ping %s got %d replies", id, n)
+		}
+	}
+	var table strings.Builder
+	rep.Print(&table)
+	if !strings.Contains(table.String(), "pingbot: ") || !strings.Contains(table.String(), "replies posted") {
+		t.Errorf("the table does not show pingbot:\n%s", table.String())
+	}
+	t.Logf("%d pings, %d replies\n%s", len(st.REST.Pings), len(st.REST.Messages), table.String())
 }

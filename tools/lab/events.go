@@ -2,6 +2,7 @@ package lab
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 
@@ -61,4 +62,32 @@ func (l *Lab) closeEvents() {
 	if nc != nil {
 		nc.Close()
 	}
+}
+
+// startPingbot runs examples/pingbot (Config.Pingbot) against serve's
+// NATS server and the emulator's REST API with the lab's bot token; its
+// log is pingbot.log, its replies are in the emulator's record and the
+// lab's table.
+func (l *Lab) startPingbot() error {
+	if l.cfg.Pingbot == "" {
+		return nil
+	}
+	if l.NATSURL == "" {
+		l.logf("pingbot not started: no event delivery")
+		return nil
+	}
+	if _, err := os.Stat(l.cfg.Pingbot); err != nil {
+		l.logf("pingbot not started: %v (tools/scripts/run.sh builds it)", err)
+		return nil
+	}
+	_, err := l.start("pingbot", "pingbot.log", nil, l.cfg.Pingbot, "-nats-url", l.NATSURL, "-app", labEventsApp,
+		"-api", l.GatewayURL+"/api/v10", "-token-file", filepath.Join(l.cfg.Var, "bot.token"))
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.Pingbot = true
+	l.mu.Unlock()
+	l.logf("pingbot answers \"!ping\" through %s/api/v10 (log: %s)", l.GatewayURL, filepath.Join(l.cfg.Var, "pingbot.log"))
+	return nil
 }

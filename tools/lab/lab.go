@@ -93,6 +93,13 @@ type Config struct {
 	// MessageRate is the emulator's synthetic MESSAGE_CREATEs per second
 	// per ready session (0: none).
 	MessageRate float64
+	// PingEvery makes every PingEvery-th synthetic guild message a "!ping"
+	// (the emulator's -ping-every; 0: none).
+	PingEvery int
+	// Pingbot is the examples/pingbot binary; with simulated nodes the lab
+	// runs it against serve's NATS server and the emulator's REST API
+	// ("": no pingbot).
+	Pingbot string
 	// Log receives the lab's progress lines (os.Stdout).
 	Log io.Writer
 }
@@ -118,6 +125,9 @@ func (c *Config) defaults() error {
 	def(&c.Var, filepath.Join("var", "lab"))
 	def(&c.DPXE, filepath.Join("bin", "dpxe"))
 	def(&c.Emulator, filepath.Join("bin", "gateway-emulator"))
+	if c.Pingbot != "" && !filepath.IsAbs(c.Pingbot) {
+		c.Pingbot = filepath.Join(c.Root, c.Pingbot)
+	}
 	if c.Nodes == 0 {
 		c.Nodes = 3
 	}
@@ -150,6 +160,8 @@ func (c *Config) defaults() error {
 		return fmt.Errorf("lab: NODES=%d: want 1 to 99", c.Nodes)
 	case c.Shards < 1 || c.Shards > 1<<20:
 		return fmt.Errorf("lab: SHARDS=%d: want 1 to %d", c.Shards, 1<<20)
+	case c.PingEvery < 0:
+		return fmt.Errorf("lab: PING_EVERY=%d: want 0 or more", c.PingEvery)
 	case c.MaxConcurrency < 1:
 		return fmt.Errorf("lab: MAX_CONCURRENCY=%d: want at least 1", c.MaxConcurrency)
 	case c.Firmware != FirmwareBIOS && c.Firmware != FirmwareUEFI && c.Firmware != FirmwareMixed:
@@ -181,6 +193,8 @@ type Lab struct {
 	// NATSURL is serve's NATS server that simulated nodes publish events
 	// to ("" without event delivery; events.go).
 	NATSURL string
+	// Pingbot: the lab runs examples/pingbot (events.go).
+	Pingbot bool
 
 	admin   *client
 	ns      *netns.NS
@@ -320,7 +334,7 @@ const (
 // starts with a fresh inventory. Nothing outside cfg.Var is touched.
 func (l *Lab) resetFiles() error {
 	for _, name := range []string{"dpxe.db", "dpxe.db-wal", "dpxe.db-shm", "admin.token", "bot.token",
-		"serve.log", "gateway.log", "lab.log"} {
+		"serve.log", "gateway.log", "lab.log", "pingbot.log"} {
 		if err := os.Remove(filepath.Join(l.cfg.Var, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
@@ -482,6 +496,9 @@ func (l *Lab) startEmulator(ctx context.Context, wrap func(ctx context.Context, 
 	}
 	if l.cfg.MessageRate > 0 {
 		args = append(args, "-message-rate", fmt.Sprint(l.cfg.MessageRate))
+	}
+	if l.cfg.PingEvery > 0 {
+		args = append(args, "-ping-every", fmt.Sprint(l.cfg.PingEvery))
 	}
 	p, err := l.start("gateway-emulator", "gateway.log", wrap, args...)
 	if err != nil {
@@ -743,7 +760,7 @@ func (l *Lab) Stop() error {
 		}
 	}
 	wg.Wait()
-	for _, name := range []string{"dpxe serve", "gateway-emulator"} {
+	for _, name := range []string{"pingbot", "dpxe serve", "gateway-emulator"} {
 		for _, p := range procs {
 			if p.name == name {
 				p.stop(15 * time.Second)

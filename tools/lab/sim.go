@@ -72,6 +72,9 @@ func (l *Lab) startSimulated(ctx context.Context) error {
 	if err := l.connectEvents(); err != nil {
 		return err
 	}
+	if err := l.startPingbot(); err != nil {
+		return err
+	}
 	for i := 0; i < l.cfg.Nodes; i++ {
 		if _, err := l.AddNode(ctx); err != nil {
 			return err
