@@ -5,6 +5,7 @@
 //
 //	pingbot -token-file bot.token [-nats-url nats://127.0.0.1:4222]
 //	        [-api https://discord.com/api/v10] [-app bot] [-service pingbot]
+//	        [-nats-user worker-pingbot -nats-password-file worker-pingbot.token]
 //
 // Start as many as you like: they share the durable consumer named by
 // -service, so each event goes to one of them. `make run` starts one
@@ -37,29 +38,39 @@ import (
 func main() {
 	natsURL := flag.String("nats-url", "nats://127.0.0.1:4222", "the fleet's NATS server (dpxe serve --nats-listen)")
 	creds := flag.String("nats-creds", "", "NATS credentials file (.creds), if the server asks for one")
+	user := flag.String("nats-user", "", "NATS user (dpxe serve --nats-auth: worker-NAME from dpxe workers add)")
+	passFile := flag.String("nats-password-file", "", "file holding the NATS user's password")
 	api := flag.String("api", "https://discord.com/api/v10", "Discord's REST API base")
 	tokenFile := flag.String("token-file", "", "file holding the bot token (required)")
 	app := flag.String("app", "bot", "the app name in subjects (dpxe serve --events-app)")
 	service := flag.String("service", "pingbot", "the durable consumer this bot reads with")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := run(*natsURL, *creds, *api, *tokenFile, *app, *service, log); err != nil {
+	opts := []nats.Option{nats.Name("pingbot"), nats.MaxReconnects(-1)}
+	if *creds != "" {
+		opts = append(opts, nats.UserCredentials(*creds))
+	}
+	if *user != "" {
+		pass, err := os.ReadFile(*passFile)
+		if err != nil {
+			log.Error("-nats-password-file", "err", err)
+			os.Exit(2)
+		}
+		opts = append(opts, nats.UserInfo(*user, strings.TrimSpace(string(pass))))
+	}
+	if err := run(*natsURL, opts, *api, *tokenFile, *app, *service, log); err != nil {
 		log.Error("pingbot stopped", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(natsURL, creds, api, tokenFile, app, service string, log *slog.Logger) error {
+func run(natsURL string, opts []nats.Option, api, tokenFile, app, service string, log *slog.Logger) error {
 	if tokenFile == "" {
 		return errors.New("-token-file: required (a file with the bot token)")
 	}
 	tok, err := os.ReadFile(tokenFile)
 	if err != nil {
 		return fmt.Errorf("-token-file: %w", err)
-	}
-	opts := []nats.Option{nats.Name("pingbot"), nats.MaxReconnects(-1)}
-	if creds != "" {
-		opts = append(opts, nats.UserCredentials(creds))
 	}
 	nc, err := nats.Connect(natsURL, opts...)
 	if err != nil {
