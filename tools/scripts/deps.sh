@@ -12,7 +12,7 @@ declare -A want=(
   [smoke]="qemu-system-x86 ovmf ipxe"
   # postgresql: the store suite on both backends; prometheus: the real server (and promtool) of
   # fleet/metrics' scrape test
-  [test]="nasm qemu-system-x86 qemu-utils ovmf ipxe busybox dnsmasq-base tftp-hpa curl iproute2 chromium kmod mount util-linux e2fsprogs postgresql prometheus"
+  [test]="nasm qemu-system-x86 qemu-utils ovmf ipxe busybox dnsmasq-base tftp-hpa curl iproute2 chromium kmod mount util-linux e2fsprogs postgresql prometheus nats-server"
   # linux-image-amd64: the Linux guest of BenchmarkKernelTCPDownload32MiB
   [bench]="tftpd-hpa hyperfine linux-image-amd64"
 )
