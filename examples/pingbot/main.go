@@ -201,17 +201,25 @@ func (b *bot) reply(ctx context.Context, channel, msgID, content string) error {
 	}
 }
 
+// maxRetryAfter caps what a 429 may ask for (the bot waits at most
+// maxWait anyway; this keeps the conversion in range).
+const maxRetryAfter = time.Hour
+
 // retryAfter reads a 429: the body's retry_after (seconds, fractional),
-// else the Retry-After header (whole seconds), else one second.
+// else the Retry-After header (whole seconds), else one second; always
+// between 1 ms and maxRetryAfter.
 func retryAfter(h http.Header, body []byte) time.Duration {
 	var r struct {
 		RetryAfter float64 `json:"retry_after"`
 	}
 	if json.Unmarshal(body, &r) == nil && r.RetryAfter > 0 {
-		return time.Duration(r.RetryAfter * float64(time.Second))
+		if r.RetryAfter >= maxRetryAfter.Seconds() {
+			return maxRetryAfter
+		}
+		return max(time.Duration(r.RetryAfter*float64(time.Second)), time.Millisecond)
 	}
 	if s, err := strconv.Atoi(h.Get("Retry-After")); err == nil && s > 0 {
-		return time.Duration(s) * time.Second
+		return min(time.Duration(min(s, int(maxRetryAfter.Seconds())))*time.Second, maxRetryAfter)
 	}
 	return time.Second
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -205,4 +206,21 @@ func TestPingbotEndToEnd(t *testing.T) {
 		t.Errorf("no reply was rate limited: the test did not exercise 429")
 	}
 	t.Log(fmt.Sprintf("%d pings, %d replies, %d answered 429 first", len(sent), len(rec.Messages), rec.RateLimited))
+}
+
+// FuzzRetryAfter: whatever a 429 says, the wait is between 1 ms and an
+// hour (a huge or negative retry_after must not turn into a negative or
+// overflowing duration).
+func FuzzRetryAfter(f *testing.F) {
+	for _, s := range []string{`{"retry_after": 0.25}`, `{"retry_after": 1e300}`, `{"retry_after": -5}`, `{"retry_after": "x"}`, `{`, ``} {
+		f.Add([]byte(s), "1")
+	}
+	f.Add([]byte(`{}`), "99999999999999999999")
+	f.Fuzz(func(t *testing.T, body []byte, header string) {
+		h := http.Header{}
+		h.Set("Retry-After", header)
+		if d := retryAfter(h, body); d < time.Millisecond || d > maxRetryAfter {
+			t.Fatalf("retry after %v for %q / %q", d, body, header)
+		}
+	})
 }

@@ -215,3 +215,34 @@ func TestOpenRefusesBadFiles(t *testing.T) {
 		}
 	}
 }
+
+// FuzzOpen: any file content is refused with an error or accepted with a
+// usable secret and valid worker names; never a panic.
+func FuzzOpen(f *testing.F) {
+	good := `{"node_secret":"` + strings.Repeat("A", 44) + `","workers":{"w":{"sha256":"` + strings.Repeat("0", 64) + `","created":"2026-01-01T00:00:00Z"}}}`
+	for _, s := range []string{good, `{}`, `{"node_secret":null}`, `[]`, `{"workers":{"":{}}}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		p := filepath.Join(t.TempDir(), FileName)
+		if err := os.WriteFile(p, body, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		file, err := Open(p)
+		if err != nil {
+			return
+		}
+		if file.NodePassword("n1") == "" || file.NodePassword("n1") == file.NodePassword("n2") {
+			t.Fatal("accepted file gives no usable node passwords")
+		}
+		names, err := file.Workers()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range names {
+			if events.ValidateApp(n) != nil {
+				t.Fatalf("accepted worker name %q", n)
+			}
+		}
+	})
+}
