@@ -6,8 +6,11 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/discord-pxe/dpxe/appliance"
 	"github.com/discord-pxe/dpxe/fleet/events"
+	"github.com/discord-pxe/dpxe/fleet/events/embedded"
 )
 
 // TestCommanderRoutesAndReports runs a node side (events.ServeCommands
@@ -75,5 +78,47 @@ func TestCommanderRoutesAndReports(t *testing.T) {
 	defer mu.Unlock()
 	if len(got[0]) != 1 || len(got[1]) != 1 || got[1][0] != `{"op":8,"d":{"guild_id":"12582912","limit":1,"query":""}}` {
 		t.Errorf("the node sides got %v", got)
+	}
+}
+
+// BenchmarkCommandRoundTrip is one SendToShard through a TCP loopback
+// connection to the embedded server, answered by a node side that runs
+// CheckCommand with an always-open budget (the budget is reset each time):
+// the cost a worker pays per command, without Discord.
+func BenchmarkCommandRoundTrip(b *testing.B) {
+	srv, err := embedded.Start(embedded.ServerConfig{StoreDir: b.TempDir(), Listen: "127.0.0.1:0"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Shutdown()
+	node, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer node.Close()
+	sub, err := events.ServeCommands(node, "bot", 0, func(body []byte) events.CommandReply {
+		var log appliance.SendLog
+		_, r := events.CheckCommand(body, events.ShardView{Shard: 0, TotalShards: 1, Owned: true, Ready: true,
+			Log: &log, NowTSC: 1, CyclesPerMS: 1e6, HeartbeatMS: 41250})
+		return r
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	node.Flush()
+	worker, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer worker.Close()
+	c, _ := NewCommander(worker, CommandConfig{App: "bot", Shards: 1})
+	ctx := context.Background()
+	d := map[string]any{"since": nil, "activities": []any{}, "status": "online", "afk": false}
+	b.ResetTimer()
+	for b.Loop() {
+		if err := c.SendToShard(ctx, 0, OpPresenceUpdate, d); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
