@@ -286,7 +286,21 @@ func pingbotBinary(t *testing.T) string {
 // replies, then checks that every reply answers a ping the emulator sent,
 // no ping got two, and the lab's table shows the counts.
 func TestLabSimulatedPingbot(t *testing.T) {
+	labPingbot(t, false)
+}
+
+// TestLabSimulatedPingbotAuth is the same with `dpxe serve --nats-auth`:
+// each simulated shard publishes and answers commands over a connection
+// as its node (node-<ID> with the password derived from serve's
+// credentials file, as the check-in answer will carry it), pingbot reads
+// as worker-pingbot; and an anonymous client is refused.
+func TestLabSimulatedPingbotAuth(t *testing.T) {
+	labPingbot(t, true)
+}
+
+func labPingbot(t *testing.T, auth bool) {
 	cfg, log := testConfig(t, 2)
+	cfg.NATSAuth = auth
 	cfg.Simulate = true
 	cfg.MessageRate = 5
 	cfg.PingEvery = 3
@@ -303,6 +317,12 @@ func TestLabSimulatedPingbot(t *testing.T) {
 	}()
 	if !l.Pingbot {
 		t.Fatal("the lab did not start pingbot")
+	}
+	if auth {
+		if nc, err := nats.Connect(l.NATSURL, nats.MaxReconnects(0)); err == nil {
+			nc.Close()
+			t.Error("an anonymous client connected to serve --nats-auth")
+		}
 	}
 	var rep Report
 	waitUntil(t, 60*time.Second, "15 replies", func() string {

@@ -36,6 +36,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/discord-pxe/dpxe/fleet/events/natsauth"
 	"github.com/discord-pxe/dpxe/image/qemu"
 	"github.com/discord-pxe/dpxe/tools/netns"
 )
@@ -100,6 +101,9 @@ type Config struct {
 	// runs it against serve's NATS server and the emulator's REST API
 	// ("": no pingbot).
 	Pingbot string
+	// NATSAuth runs `dpxe serve --nats-auth`: simulated nodes connect with
+	// node credentials, pingbot and the operator with worker credentials.
+	NATSAuth bool
 	// Log receives the lab's progress lines (os.Stdout).
 	Log io.Writer
 }
@@ -208,8 +212,9 @@ type Lab struct {
 	procs []*process
 	nodes []*Node
 	sims  []*simNode
-	next  int        // number of the next node
-	nc    *nats.Conn // the simulated nodes' NATS connection (events.go)
+	next  int            // number of the next node
+	nc    *nats.Conn     // the simulated nodes' NATS connection (events.go)
+	auth  *natsauth.File // with Config.NATSAuth: serve's NATS credentials (events.go)
 }
 
 // process is a child process the lab started and stops.
@@ -334,7 +339,8 @@ const (
 // starts with a fresh inventory. Nothing outside cfg.Var is touched.
 func (l *Lab) resetFiles() error {
 	for _, name := range []string{"dpxe.db", "dpxe.db-wal", "dpxe.db-shm", "admin.token", "bot.token",
-		"serve.log", "gateway.log", "lab.log", "pingbot.log"} {
+		"serve.log", "gateway.log", "lab.log", "pingbot.log", "nats-auth.json",
+		"worker-operator.token", "worker-pingbot.token"} {
 		if err := os.Remove(filepath.Join(l.cfg.Var, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
@@ -541,6 +547,9 @@ func (l *Lab) serveArgs(listen, gatewayAPI string) []string {
 		// A port of its own, so a lab beside tests or a NATS server on
 		// 4222 does not collide; the address is in serve's "events" line.
 		args = append(args, "--nats-listen", "127.0.0.1:0")
+	}
+	if l.cfg.NATSAuth && hasFlag(help, "nats-auth") {
+		args = append(args, "--nats-auth")
 	}
 	if hasFlag(help, "gateway-api") && hasFlag(help, "bot-token-file") {
 		l.GatewayFlags = true

@@ -21,6 +21,7 @@ import (
 
 	"github.com/discord-pxe/dpxe/appliance"
 	"github.com/discord-pxe/dpxe/fleet/events"
+	"github.com/discord-pxe/dpxe/fleet/events/natsauth"
 )
 
 // The simulated lab: `dpxe serve` on loopback without netboot, the Gateway
@@ -103,10 +104,10 @@ func (l *Lab) addSimNode(ctx context.Context, n int) (*Node, error) {
 		return nil, err
 	}
 	l.mu.Lock()
-	nc := l.nc
+	nc, natsURL, auth := l.nc, l.NATSURL, l.auth
 	l.mu.Unlock()
 	s := &simNode{id: name, api: newClient(l.URL, out.Credential), gateway: gw, botToken: strings.TrimSpace(string(tok)),
-		shards: map[uint32]*simShard{}, done: make(chan struct{}), pub: pub, nc: nc}
+		shards: map[uint32]*simShard{}, done: make(chan struct{}), pub: pub, nc: nc, natsURL: natsURL, auth: auth}
 	sctx, cancel := context.WithCancel(l.runCtx)
 	s.cancel = cancel
 	go s.run(sctx)
@@ -133,6 +134,13 @@ type simNode struct {
 	// nc answers the workers' commands for the shards the node runs
 	// (nil: no event delivery, no commands).
 	nc *nats.Conn
+	// With `dpxe serve --nats-auth`, nc and pub are nil and each shard
+	// connects to natsURL as node-<id> with the password the controller
+	// would hand out (auth), so the server gives it the node's shards'
+	// permissions: one connection per shard, opened once the shard is
+	// assigned (the kernel will use one per node).
+	natsURL string
+	auth    *natsauth.File
 
 	mu      sync.Mutex
 	shards  map[uint32]*simShard
@@ -142,6 +150,8 @@ type simNode struct {
 
 // simShard is one shard session of a simulated node.
 type simShard struct {
+	// pub publishes the shard's dispatches (nil: no event delivery).
+	pub    *events.Publisher
 	mu     sync.Mutex
 	st     appliance.ShardStatus
 	cancel context.CancelFunc
@@ -327,8 +337,20 @@ type gatewayPayload struct {
 // runShard keeps one shard's session up until ctx ends, and answers the
 // workers' commands for the shard meanwhile.
 func (s *simNode) runShard(ctx context.Context, sh *simShard, id, total uint32) {
-	if s.nc != nil {
-		sub, err := events.ServeCommands(s.nc, labEventsApp, id, func(body []byte) events.CommandReply {
+	nc, pub := s.nc, s.pub
+	if s.auth != nil {
+		var err error
+		if nc, err = s.connectAs(ctx, sh); err != nil {
+			return // ctx ended
+		}
+		defer nc.Close()
+		if pub, err = events.NewPublisher(nc, events.PublisherConfig{App: labEventsApp, Node: s.id}); err != nil {
+			return
+		}
+	}
+	sh.pub = pub
+	if nc != nil {
+		sub, err := events.ServeCommands(nc, labEventsApp, id, func(body []byte) events.CommandReply {
 			r := sh.command(body, id, total)
 			r.Node = s.id
 			return r
@@ -366,6 +388,25 @@ func (s *simNode) runShard(ctx context.Context, sh *simShard, id, total uint32) 
 		select {
 		case <-ctx.Done():
 		case <-time.After(5 * time.Second):
+		}
+	}
+}
+
+// connectAs connects to serve's NATS server as this node, retrying
+// every second until ctx ends (the controller may not list the node as
+// live with this shard yet); a refusal is shown as the shard's last error.
+func (s *simNode) connectAs(ctx context.Context, sh *simShard) (*nats.Conn, error) {
+	for {
+		nc, err := nats.Connect(s.natsURL, nats.Name("dpxe lab "+s.id), nats.MaxReconnects(-1),
+			nats.UserInfo(natsauth.NodePrefix+s.id, s.auth.NodePassword(s.id)))
+		if err == nil {
+			return nc, nil
+		}
+		sh.set(func(st *appliance.ShardStatus) { st.LastError = shortError(fmt.Errorf("NATS: %w", err)) })
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
 		}
 	}
 }
@@ -527,7 +568,7 @@ func (s *simNode) session(ctx context.Context, sh *simShard, id, total uint32) e
 					seq = &v
 				}
 				seqMu.Unlock()
-				if sp, err = s.publish(hctx, sp, id, p); err != nil {
+				if sp, err = s.publish(hctx, sh.pub, sp, id, p); err != nil {
 					readErr <- err
 					return
 				}
@@ -601,8 +642,8 @@ func readPayload(ctx context.Context, conn *websocket.Conn) (gatewayPayload, err
 // with a sequence is published with its frame unchanged. Publish blocks
 // while the session's window is full, so the shard stops reading, as the
 // no-loss rule asks; an error ends the session.
-func (s *simNode) publish(ctx context.Context, sp *events.SessionPublisher, shard uint32, p gatewayPayload) (*events.SessionPublisher, error) {
-	if s.pub == nil || p.T == nil || p.S == nil || *p.S < 1 {
+func (s *simNode) publish(ctx context.Context, pub *events.Publisher, sp *events.SessionPublisher, shard uint32, p gatewayPayload) (*events.SessionPublisher, error) {
+	if pub == nil || p.T == nil || p.S == nil || *p.S < 1 {
 		return sp, nil
 	}
 	if *p.T == "READY" {
@@ -613,7 +654,7 @@ func (s *simNode) publish(ctx context.Context, sp *events.SessionPublisher, shar
 			return nil, fmt.Errorf("READY: %w", err)
 		}
 		var err error
-		if sp, err = s.pub.Session(shard, ready.SessionID, 0); err != nil {
+		if sp, err = pub.Session(shard, ready.SessionID, 0); err != nil {
 			return nil, fmt.Errorf("READY: %w", err)
 		}
 	}

@@ -15,6 +15,8 @@
 # (synthetic messages per second per shard, default 1) and PING_EVERY (every
 # N-th one is "!ping", default 5): with simulated nodes, bin/pingbot answers
 # the pings through the emulator's REST API and the table counts the replies.
+# NATS_AUTH=1 (the default) runs dpxe serve --nats-auth: nodes publish with
+# node credentials, pingbot reads with a worker's; NATS_AUTH=0 turns it off.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -26,6 +28,7 @@ LISTEN=${LISTEN:-127.0.0.1:8080}
 GATEWAY_LISTEN=${GATEWAY_LISTEN:-127.0.0.1:7878}
 MESSAGE_RATE=${MESSAGE_RATE:-1}
 PING_EVERY=${PING_EVERY:-5}
+NATS_AUTH=${NATS_AUTH:-1}
 
 mkdir -p bin var
 go build -o bin/dpxe ./cmd/dpxe
@@ -36,6 +39,9 @@ go build -o bin/pingbot ./examples/pingbot
 args=(-nodes "$NODES" -shards "$SHARDS" -max-concurrency "$MAX_CONCURRENCY" -firmware "$FIRMWARE"
       -listen "$LISTEN" -gateway-listen "$GATEWAY_LISTEN"
       -message-rate "$MESSAGE_RATE" -ping-every "$PING_EVERY" -pingbot bin/pingbot)
+if [ "$NATS_AUTH" = 1 ]; then
+  args+=(-nats-auth)
+fi
 if [ "${SIMULATE:-0}" = 1 ]; then
   args+=(-simulate)
 fi

@@ -7,7 +7,7 @@
 //
 //	dpxe-lab [-nodes 3] [-shards 16] [-max-concurrency 1] [-firmware mixed]
 //	         [-listen 127.0.0.1:8080] [-simulate] [-for DURATION]
-//	         [-message-rate N] [-ping-every N] [-pingbot bin/pingbot]
+//	         [-message-rate N] [-ping-every N] [-pingbot bin/pingbot] [-nats-auth]
 //	dpxe-lab -clean     remove what a crashed lab left behind, then exit
 package main
 
@@ -44,6 +44,7 @@ func run() int {
 	fs.BoolVar(&cfg.Simulate, "simulate", false, "simulated nodes over HTTP even where QEMU nodes could boot")
 	fs.Float64Var(&cfg.MessageRate, "message-rate", 0, "the emulator's synthetic MESSAGE_CREATEs per second per session (0: none)")
 	fs.IntVar(&cfg.PingEvery, "ping-every", 0, "every N-th synthetic guild message is a \"!ping\" (0: none)")
+	fs.BoolVar(&cfg.NATSAuth, "nats-auth", false, "dpxe serve --nats-auth: simulated nodes, pingbot and the CLI connect to NATS with credentials")
 	fs.StringVar(&cfg.Pingbot, "pingbot", "", "the examples/pingbot binary to run against the simulated fleet (\"\": none)")
 	runFor := fs.Duration("for", 0, "stop by itself after this long (0: until Ctrl-C)")
 	clean := fs.Bool("clean", false, "only remove what a crashed lab left behind")
