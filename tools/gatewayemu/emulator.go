@@ -48,6 +48,7 @@ type Emulator struct {
 	cancel  context.CancelFunc
 
 	connSeq  atomic.Uint64
+	msgSeq   atomic.Uint64 // synthetic MESSAGE_CREATEs, for unique message IDs
 	counters struct {
 		connections, identifyAccepted, identifyRefused, identifyClosed atomic.Uint64
 		resumes, resumesFailed, heartbeats, acks, dispatches, replayed atomic.Uint64

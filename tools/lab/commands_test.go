@@ -324,50 +324,65 @@ func labPingbot(t *testing.T, auth bool) {
 			t.Error("an anonymous client connected to serve --nats-auth")
 		}
 	}
+	// Every ping older than 3 s (time enough for delivery and a reply)
+	// has exactly one reply, and there are at least 15 of them; message
+	// IDs are unique; every reply answers a ping.
 	var rep Report
-	waitUntil(t, 60*time.Second, "15 replies", func() string {
+	waitUntil(t, 60*time.Second, "15 pings older than 3 s, each answered once", func() string {
+		var st struct {
+			REST struct {
+				Messages []struct {
+					Content string `json:"content"`
+					ReplyTo string `json:"reply_to"`
+				} `json:"messages"`
+				Pings []struct {
+					MessageID string    `json:"message_id"`
+					Sent      time.Time `json:"sent"`
+				} `json:"pings"`
+			} `json:"rest"`
+		}
+		if err := newClient(l.GatewayURL, "").do(context.Background(), "GET", "/debug/state", nil, &st); err != nil {
+			return err.Error()
+		}
+		pinged := map[string]bool{}
+		for _, p := range st.REST.Pings {
+			if pinged[p.MessageID] {
+				t.Fatalf("two pings with message ID %s", p.MessageID)
+			}
+			pinged[p.MessageID] = true
+		}
+		replies := map[string]int{}
+		for _, m := range st.REST.Messages {
+			replies[m.ReplyTo]++
+			if m.Content != "pong" || !pinged[m.ReplyTo] {
+				t.Fatalf("posted %q replying to %q, which is not a ping the emulator sent", m.Content, m.ReplyTo)
+			}
+			if replies[m.ReplyTo] > 1 {
+				t.Fatalf("ping %s got %d replies", m.ReplyTo, replies[m.ReplyTo])
+			}
+		}
+		old := 0
+		for _, p := range st.REST.Pings {
+			if time.Since(p.Sent) < 3*time.Second {
+				continue
+			}
+			old++
+			if replies[p.MessageID] != 1 {
+				return fmt.Sprintf("ping %s sent %v ago has %d replies", p.MessageID, time.Since(p.Sent).Round(time.Millisecond), replies[p.MessageID])
+			}
+		}
+		if old < 15 {
+			return fmt.Sprintf("%d pings older than 3 s", old)
+		}
 		if rep, err = l.Status(context.Background()); err != nil {
 			return err.Error()
 		}
-		if rep.Replies < 15 {
-			return fmt.Sprintf("%d pings, %d replies", rep.Pings, rep.Replies)
-		}
 		return ""
 	})
-	var st struct {
-		REST struct {
-			Messages []struct {
-				Content string `json:"content"`
-				ReplyTo string `json:"reply_to"`
-			} `json:"messages"`
-			Pings []struct {
-				MessageID string `json:"message_id"`
-			} `json:"pings"`
-		} `json:"rest"`
-	}
-	if err := newClient(l.GatewayURL, "").do(context.Background(), "GET", "/debug/state", nil, &st); err != nil {
-		t.Fatal(err)
-	}
-	pinged := map[string]bool{}
-	for _, p := range st.REST.Pings {
-		pinged[p.MessageID] = true
-	}
-	replies := map[string]int{}
-	for _, m := range st.REST.Messages {
-		replies[m.ReplyTo]++
-		if m.Content != "pong" || !pinged[m.ReplyTo] {
-			t.Errorf("posted %q replying to %q, which is not a ping the emulator sent", m.Content, m.ReplyTo)
-		}
-	}
-	for id, n := range replies {
-		if n != 1 {
-			t.Errorf("ping %s got %d replies", id, n)
-		}
-	}
 	var table strings.Builder
 	rep.Print(&table)
 	if !strings.Contains(table.String(), "pingbot: ") || !strings.Contains(table.String(), "replies posted") {
 		t.Errorf("the table does not show pingbot:\n%s", table.String())
 	}
-	t.Logf("%d pings, %d replies\n%s", len(st.REST.Pings), len(st.REST.Messages), table.String())
+	t.Logf("%d pings, %d replies\n%s", rep.Pings, rep.Replies, table.String())
 }
