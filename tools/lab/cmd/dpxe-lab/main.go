@@ -152,6 +152,9 @@ func serve(ctx context.Context, l *lab.Lab, started time.Time, runFor time.Durat
 	line("a new login link", "login-link")
 	fmt.Fprintf(&b, "\n  Here: type a + Enter to boot one more node, s + Enter for the table, Ctrl-C to stop and clean up.\n")
 	fmt.Fprintf(&b, "\n  Logs           %s (dpxe serve), %s (emulator)\n", rel(filepath.Join(cfg.Var, "serve.log")), rel(filepath.Join(cfg.Var, "gateway.log")))
+	if l.Pingbot {
+		fmt.Fprintf(&b, "  pingbot        %s (answers every \"!ping\"; the table counts its replies)\n", rel(filepath.Join(cfg.Var, "pingbot.log")))
+	}
 	if l.Mode == lab.ModeNetns {
 		fmt.Fprintf(&b, "  Consoles       %s (tail -f one to watch a node boot)\n", rel(filepath.Join(cfg.Var, "nodes", "NODE", "console.log")))
 	}
