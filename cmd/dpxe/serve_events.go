@@ -230,6 +230,7 @@ func attachEvents(ctx context.Context, app *fleetApp, log *slog.Logger) (func(co
 			errUsage, time.Duration(e.EventsDupWindow), gap)
 	}
 	var srv *embedded.Server
+	var auth *natsauth.Authorizer
 	var nc *nats.Conn
 	var err error
 	where := ""
@@ -253,9 +254,10 @@ func attachEvents(ctx context.Context, app *fleetApp, log *slog.Logger) (func(co
 		}
 		sc := embedded.ServerConfig{Listen: e.NATSListen, StoreDir: e.NATSStore, Log: log}
 		if e.NATSAuth {
-			if sc.Auth, err = natsAuthorizer(app, e.EventsApp); err != nil {
+			if auth, err = natsAuthorizer(app, e.EventsApp); err != nil {
 				return nil, err
 			}
+			sc.Auth = auth
 		}
 		srv, err = embedded.Start(sc)
 		if err != nil {
@@ -286,16 +288,39 @@ func attachEvents(ctx context.Context, app *fleetApp, log *slog.Logger) (func(co
 	log.Info("events", "nats", where, "embedded", srv != nil, "stream", st.CachedInfo().Config.Name,
 		"subjects", st.CachedInfo().Config.Subjects[0], "duplicate_window", time.Duration(e.EventsDupWindow), "auth", e.NATSAuth)
 	return func(ctx context.Context) error {
-		<-ctx.Done()
-		stop()
-		return nil
+		defer stop()
+		if auth == nil {
+			<-ctx.Done()
+			return nil
+		}
+		// Revocation: a node whose lease lapsed or whose shards changed,
+		// and a removed worker, are disconnected; a client that
+		// reconnects gets its permissions of then.
+		tick := time.NewTicker(natsSweepEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-tick.C:
+			}
+			if users, err := auth.Sweep(srv); err != nil {
+				log.Warn("nats-auth: listing connections", "err", err)
+			} else if len(users) > 0 {
+				log.Info("nats-auth: disconnected clients whose permissions changed (lease lapsed, shards moved or worker removed)", "users", users)
+			}
+		}
 	}, nil
 }
 
 // natsAuthorizer opens the credentials file beside the database: a node
 // may connect while the controller has it live, with the shards of its
 // range; workers with the tokens `dpxe workers add` made.
-func natsAuthorizer(app *fleetApp, eventsApp string) (embedded.Authorizer, error) {
+// natsSweepEvery is how often serve disconnects NATS clients whose
+// permissions changed.
+const natsSweepEvery = 2 * time.Second
+
+func natsAuthorizer(app *fleetApp, eventsApp string) (*natsauth.Authorizer, error) {
 	f, err := natsauth.Open(filepath.Join(app.cfg.dataDir(), natsauth.FileName))
 	if err != nil {
 		return nil, fmt.Errorf("nats-auth: %w", err)

@@ -4,6 +4,8 @@ import (
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/base64"
+	"net"
+	"strconv"
 
 	"github.com/nats-io/nats-server/v2/server"
 )
@@ -24,8 +26,9 @@ type Permissions struct {
 // change while a connection lasts (a node whose shards move reconnects).
 type Authorizer interface {
 	// Authorize returns the permissions of user with password, or false
-	// to refuse the connection.
-	Authorize(user, password string) (Permissions, bool)
+	// to refuse the connection; remote is the client's address (host:port,
+	// as Users reports it), which names the connection.
+	Authorize(user, password, remote string) (Permissions, bool)
 }
 
 // adminUser is the in-process user of `dpxe serve` itself (full
@@ -60,7 +63,11 @@ func (x *authAdapter) Check(c server.ClientAuthentication) bool {
 		c.RegisterUser(&server.User{Username: adminUser})
 		return true
 	}
-	p, ok := x.a.Authorize(o.Username, o.Password)
+	remote := ""
+	if a := c.RemoteAddress(); a != nil {
+		remote = a.String()
+	}
+	p, ok := x.a.Authorize(o.Username, o.Password, remote)
 	if !ok {
 		return false
 	}
@@ -78,3 +85,40 @@ func serverPermissions(p Permissions) *server.Permissions {
 	}
 	return sp
 }
+
+// maxConnz bounds the connections one Users call lists.
+const maxConnz = 1 << 16
+
+// Conn is one open client connection as Users reports it.
+type Conn struct {
+	User   string
+	Remote string // host:port of the client ("" in process)
+}
+
+// Users returns every open client connection, by connection ID (the
+// in-process connections of `dpxe serve` included).
+func (s *Server) Users() (map[uint64]Conn, error) {
+	out := map[uint64]Conn{}
+	for offset := 0; offset < maxConnz; {
+		cz, err := s.srv.Connz(&server.ConnzOptions{Username: true, Offset: offset, Limit: 1024})
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range cz.Conns {
+			remote := ""
+			if c.IP != "" {
+				remote = net.JoinHostPort(c.IP, strconv.Itoa(c.Port))
+			}
+			out[c.Cid] = Conn{User: c.AuthorizedUser, Remote: remote}
+		}
+		if len(cz.Conns) == 0 || offset+len(cz.Conns) >= cz.Total {
+			break
+		}
+		offset += len(cz.Conns)
+	}
+	return out, nil
+}
+
+// Disconnect closes client connection id (the client may reconnect and
+// is authenticated again, with its permissions of then).
+func (s *Server) Disconnect(id uint64) error { return s.srv.DisconnectClientByID(id) }

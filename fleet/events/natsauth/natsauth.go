@@ -222,21 +222,89 @@ type ShardsOf func(nodeID string) ([]uint32, bool)
 
 // Authorizer authenticates nodes (node-<ID> with NodePassword, given the
 // shards shardsOf says it holds) and workers (worker-<name> with its
-// token) for app.
-func (f *File) Authorizer(app string, shardsOf ShardsOf) (embedded.Authorizer, error) {
+// token) for app. It is an embedded.Authorizer.
+func (f *File) Authorizer(app string, shardsOf ShardsOf) (*Authorizer, error) {
 	if err := events.ValidateApp(app); err != nil {
 		return nil, err
 	}
-	return &authorizer{f: f, app: app, shardsOf: shardsOf}, nil
+	return &Authorizer{f: f, app: app, shardsOf: shardsOf, granted: map[string]grant{}}, nil
 }
 
-type authorizer struct {
+// Authorizer is File.Authorizer's result. Safe for concurrent use.
+type Authorizer struct {
 	f        *File
 	app      string
 	shardsOf ShardsOf
+
+	mu sync.Mutex
+	// granted is, per node connection (its remote address), the user and
+	// the shards it was let in with.
+	granted map[string]grant
 }
 
-func (a *authorizer) Authorize(user, password string) (embedded.Permissions, bool) {
+type grant struct {
+	user, shards string
+	at           time.Time
+}
+
+// shardsKey is a comparable form of a shard list.
+func shardsKey(shards []uint32) string { return fmt.Sprint(shards) }
+
+// Stale reports whether the connection of user from remote no longer has
+// the permissions it would get now: a node whose lease lapsed, that was
+// deleted, or whose shards changed since it connected, a worker that was
+// removed from the file. Other users are never stale.
+func (a *Authorizer) Stale(user, remote string) bool {
+	switch {
+	case strings.HasPrefix(user, NodePrefix):
+		shards, ok := a.shardsOf(strings.TrimPrefix(user, NodePrefix))
+		a.mu.Lock()
+		g, seen := a.granted[remote]
+		a.mu.Unlock()
+		return !ok || !seen || g.user != user || g.shards != shardsKey(shards)
+	case strings.HasPrefix(user, WorkerPrefix):
+		a.f.mu.Lock()
+		defer a.f.mu.Unlock()
+		if err := a.f.reloadLocked(); err != nil {
+			return false // keep what works while the file is being rewritten
+		}
+		_, ok := a.f.data.Workers[strings.TrimPrefix(user, WorkerPrefix)]
+		return !ok
+	}
+	return false
+}
+
+// Sweep disconnects every connection of srv whose user is Stale, so a
+// node that lost shards or its lease loses its permissions at once (a
+// client that reconnects is authenticated again). It returns the users
+// it disconnected.
+func (a *Authorizer) Sweep(srv *embedded.Server) ([]string, error) {
+	conns, err := srv.Users()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	live := map[string]bool{}
+	for id, c := range conns {
+		live[c.Remote] = true
+		if a.Stale(c.User, c.Remote) {
+			if err := srv.Disconnect(id); err == nil {
+				out = append(out, c.User)
+			}
+		}
+	}
+	a.mu.Lock()
+	for remote := range a.granted {
+		if g := a.granted[remote]; !live[remote] && time.Since(g.at) > time.Minute {
+			delete(a.granted, remote) // closed (not just being opened)
+		}
+	}
+	a.mu.Unlock()
+	return out, nil
+}
+
+// Authorize implements embedded.Authorizer.
+func (a *Authorizer) Authorize(user, password, remote string) (embedded.Permissions, bool) {
 	switch {
 	case strings.HasPrefix(user, NodePrefix):
 		id := strings.TrimPrefix(user, NodePrefix)
@@ -252,7 +320,13 @@ func (a *authorizer) Authorize(user, password string) (embedded.Permissions, boo
 			return embedded.Permissions{}, false
 		}
 		p, err := events.NodePermissions(a.app, shards)
-		return embedded.Permissions(p), err == nil
+		if err != nil {
+			return embedded.Permissions{}, false
+		}
+		a.mu.Lock()
+		a.granted[remote] = grant{user: user, shards: shardsKey(shards), at: time.Now()}
+		a.mu.Unlock()
+		return embedded.Permissions(p), true
 	case strings.HasPrefix(user, WorkerPrefix):
 		name := strings.TrimPrefix(user, WorkerPrefix)
 		a.f.mu.Lock()

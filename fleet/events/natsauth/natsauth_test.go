@@ -246,3 +246,86 @@ func FuzzOpen(f *testing.F) {
 		}
 	})
 }
+
+// TestSweepRevokes: Sweep leaves connections whose permissions still hold
+// alone, disconnects a node whose shards changed and a node whose lease
+// lapsed, and the node that reconnects gets its new, smaller permissions.
+func TestSweepRevokes(t *testing.T) {
+	dir := t.TempDir()
+	f, err := Open(filepath.Join(dir, FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	owned := map[string][]uint32{"n1": {0, 1}, "n2": {2}}
+	auth, err := f.Authorizer("bot", func(id string) ([]uint32, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		s, ok := owned[id]
+		return s, ok
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := embedded.Start(embedded.ServerConfig{StoreDir: filepath.Join(dir, "nats"), Listen: "127.0.0.1:0", Auth: auth})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	connect := func(id string, v *violations) (*nats.Conn, chan struct{}) {
+		closed := make(chan struct{})
+		opts := []nats.Option{nats.UserInfo(NodePrefix+id, f.NodePassword(id)), nats.MaxReconnects(0),
+			nats.ClosedHandler(func(*nats.Conn) { close(closed) })}
+		if v != nil {
+			opts = append(opts, nats.ErrorHandler(v.handler))
+		}
+		nc, err := nats.Connect(srv.ClientURL(), opts...)
+		if err != nil {
+			t.Fatalf("node %s: %v", id, err)
+		}
+		t.Cleanup(nc.Close)
+		return nc, closed
+	}
+	_, n1closed := connect("n1", nil)
+	_, n2closed := connect("n2", nil)
+	isClosed := func(c chan struct{}) bool {
+		select {
+		case <-c:
+			return true
+		case <-time.After(3 * time.Second):
+			return false
+		}
+	}
+	if users, err := auth.Sweep(srv); err != nil || len(users) != 0 {
+		t.Fatalf("nothing changed, swept %v (%v)", users, err)
+	}
+	mu.Lock()
+	owned["n1"] = []uint32{0}
+	mu.Unlock()
+	if users, err := auth.Sweep(srv); err != nil || len(users) != 1 || users[0] != "node-n1" {
+		t.Fatalf("n1 lost shard 1: swept %v (%v)", users, err)
+	}
+	if !isClosed(n1closed) {
+		t.Error("n1's connection is still open")
+	}
+	mu.Lock()
+	delete(owned, "n2")
+	mu.Unlock()
+	if users, err := auth.Sweep(srv); err != nil || len(users) != 1 || users[0] != "node-n2" {
+		t.Fatalf("n2's lease lapsed: swept %v (%v)", users, err)
+	}
+	if !isClosed(n2closed) {
+		t.Error("n2's connection is still open")
+	}
+	if nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo("node-n2", f.NodePassword("n2")), nats.MaxReconnects(0)); err == nil {
+		nc.Close()
+		t.Error("n2 reconnected after its lease lapsed")
+	}
+	var v violations
+	n1, _ := connect("n1", &v)
+	n1.Publish("dpxe.bot.events.1.MESSAGE_CREATE", []byte(`{}`))
+	v.await(t, "dpxe.bot.events.1.MESSAGE_CREATE")
+	if users, err := auth.Sweep(srv); err != nil || len(users) != 0 {
+		t.Errorf("after n1 reconnected, swept %v (%v)", users, err)
+	}
+}
