@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -20,7 +22,7 @@ import (
 func init() {
 	register(&command{
 		name:    "events",
-		summary: "tail [--event NAME] [--shard N] [--json]: print the bot's events live from NATS",
+		summary: "tail [--event NAME] [--shard N] [--json]: print the bot's events live from NATS; stats: per shard and consumer",
 		run:     runEvents,
 	})
 }
@@ -41,13 +43,40 @@ type tailLine struct {
 	FrameText string          `json:"frame_text,omitempty"` // otherwise, as text
 }
 
+// natsOptions are the connection options every events command takes.
+func natsOptions(fs *flag.FlagSet) func(name string) ([]nats.Option, error) {
+	creds := fs.String("nats-creds", "", "NATS credentials file (.creds)")
+	user := fs.String("nats-user", "", "NATS user (with dpxe serve --nats-auth: worker-NAME)")
+	passFile := fs.String("nats-password-file", "", "file holding the NATS password (dpxe workers add writes one)")
+	return func(name string) ([]nats.Option, error) {
+		opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1)}
+		if *creds != "" {
+			opts = append(opts, nats.UserCredentials(*creds))
+		}
+		if (*user == "") != (*passFile == "") {
+			return nil, fmt.Errorf("%w: --nats-user and --nats-password-file go together", errUsage)
+		}
+		if *user != "" {
+			b, err := os.ReadFile(*passFile)
+			if err != nil {
+				return nil, fmt.Errorf("nats-password-file: %w", err)
+			}
+			opts = append(opts, nats.UserInfo(*user, strings.TrimSpace(string(b))))
+		}
+		return opts, nil
+	}
+}
+
 func runEvents(ctx context.Context, args []string) error {
+	if len(args) > 0 && args[0] == "stats" {
+		return runEventsStats(ctx, args[1:])
+	}
 	if len(args) == 0 || args[0] != "tail" {
-		return fmt.Errorf("%w: dpxe events tail [--event NAME] [--shard N] [--json]", errUsage)
+		return fmt.Errorf("%w: dpxe events tail [--event NAME] [--shard N] [--json] | dpxe events stats [--json]", errUsage)
 	}
 	fs := newFlagSet("events tail", "[--nats-url URL] [--app NAME] [--event NAME] [--shard N] [--json] [--all] [--count N]")
 	natsURL := fs.String("nats-url", "nats://"+embedded.DefaultListen, "NATS server(s) of the fleet (dpxe serve's --nats-listen or --nats-url)")
-	creds := fs.String("nats-creds", "", "NATS credentials file (.creds)")
+	natsOpts := natsOptions(fs)
 	app := fs.String("app", defaultEventsApp, "the bot's name in subjects (dpxe serve --events-app)")
 	event := fs.String("event", "", "only this event, e.g. MESSAGE_CREATE")
 	shard := fs.Int64("shard", -1, "only this shard")
@@ -77,9 +106,9 @@ func runEvents(ctx context.Context, args []string) error {
 	if _, err := natsHosts(*natsURL); err != nil {
 		return fmt.Errorf("%w: nats-url: %v", errUsage, err)
 	}
-	opts := []nats.Option{nats.Name("dpxe events tail"), nats.MaxReconnects(-1)}
-	if *creds != "" {
-		opts = append(opts, nats.UserCredentials(*creds))
+	opts, err := natsOpts("dpxe events tail")
+	if err != nil {
+		return err
 	}
 	nc, err := nats.Connect(*natsURL, opts...)
 	if err != nil {

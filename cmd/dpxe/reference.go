@@ -39,9 +39,10 @@ var errFlagsOnly = errors.New("flags parsed")
 // command with verbs that have their own flags lists one per verb. A
 // command missing here gets {"-h"}.
 var helpArgs = map[string][][]string{
-	"admin":  {{"passwd", "-h"}},
-	"config": {{"show", "-h"}, {"set", "-h"}},
-	"events": {{"tail", "-h"}},
+	"admin":   {{"passwd", "-h"}},
+	"config":  {{"show", "-h"}, {"set", "-h"}},
+	"events":  {{"tail", "-h"}, {"stats", "-h"}},
+	"workers": {{"add", "-h"}, {"list", "-h"}},
 }
 
 // commandUsage returns what `dpxe NAME ARGS... -h` prints.

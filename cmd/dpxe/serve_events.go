@@ -16,6 +16,7 @@ import (
 
 	"github.com/discord-pxe/dpxe/fleet/events"
 	"github.com/discord-pxe/dpxe/fleet/events/embedded"
+	"github.com/discord-pxe/dpxe/fleet/events/natsauth"
 )
 
 // The events part of `dpxe serve` (docs/events.md): an embedded NATS
@@ -36,6 +37,7 @@ type eventsConfig struct {
 	EventsMaxAge    duration `json:"events_max_age"`
 	EventsDupWindow duration `json:"events_duplicate_window"`
 	EventsReplicas  int      `json:"events_replicas"`
+	NATSAuth        bool     `json:"nats_auth"`
 }
 
 // defaultEventsApp is the app name in subjects when none is given.
@@ -48,6 +50,7 @@ var eventsFlags struct {
 	maxBytes                  int64
 	maxAge, dupWindow         time.Duration
 	replicas                  int
+	auth                      bool
 }
 
 func init() {
@@ -66,6 +69,7 @@ func init() {
 			fs.DurationVar(&f.maxAge, "events-max-age", d.MaxAge, "how long the event stream keeps an event")
 			fs.DurationVar(&f.dupWindow, "events-duplicate-window", d.DuplicateWindow, "how long a Nats-Msg-Id is remembered; must exceed --lease + --resume-ttl")
 			fs.IntVar(&f.replicas, "events-replicas", d.Replicas, "stream replicas (3 on a JetStream cluster)")
+			fs.BoolVar(&f.auth, "nats-auth", false, "the embedded NATS server requires credentials: nodes get their own shards' subjects, workers (dpxe workers add) commands and the stream; kept in "+natsauth.FileName+" beside --db")
 		},
 		apply:  applyEventsFlags,
 		attach: attachEvents,
@@ -98,6 +102,8 @@ func applyEventsFlags(fs *flag.FlagSet, cfg *serveConfig) error {
 			e.EventsDupWindow = duration(f.dupWindow)
 		case "events-replicas":
 			e.EventsReplicas = f.replicas
+		case "nats-auth":
+			e.NATSAuth = f.auth
 		}
 	})
 	d := events.DefaultStreamLimits()
@@ -133,6 +139,9 @@ func applyEventsFlags(fs *flag.FlagSet, cfg *serveConfig) error {
 	}
 	if e.NATSURL == "" && e.EventsReplicas != 1 {
 		return fmt.Errorf("%w: events-replicas %d needs --nats-url (the embedded server is one machine)", errUsage, e.EventsReplicas)
+	}
+	if e.NATSAuth && e.NATSURL != "" {
+		return fmt.Errorf("%w: nats-auth is for the embedded server (a cluster given with --nats-url has its own accounts)", errUsage)
 	}
 	if e.NATSCreds != "" && e.NATSURL == "" {
 		return fmt.Errorf("%w: nats-creds is for --nats-url", errUsage)
@@ -221,6 +230,7 @@ func attachEvents(ctx context.Context, app *fleetApp, log *slog.Logger) (func(co
 			errUsage, time.Duration(e.EventsDupWindow), gap)
 	}
 	var srv *embedded.Server
+	var auth *natsauth.Authorizer
 	var nc *nats.Conn
 	var err error
 	where := ""
@@ -242,7 +252,14 @@ func attachEvents(ctx context.Context, app *fleetApp, log *slog.Logger) (func(co
 		if err := os.MkdirAll(e.NATSStore, 0o700); err != nil {
 			return nil, fmt.Errorf("nats-store: %w", err)
 		}
-		srv, err = embedded.Start(embedded.ServerConfig{Listen: e.NATSListen, StoreDir: e.NATSStore, Log: log})
+		sc := embedded.ServerConfig{Listen: e.NATSListen, StoreDir: e.NATSStore, Log: log}
+		if e.NATSAuth {
+			if auth, err = natsAuthorizer(app, e.EventsApp); err != nil {
+				return nil, err
+			}
+			sc.Auth = auth
+		}
+		srv, err = embedded.Start(sc)
 		if err != nil {
 			return nil, err
 		}
@@ -269,10 +286,60 @@ func attachEvents(ctx context.Context, app *fleetApp, log *slog.Logger) (func(co
 		return nil, err
 	}
 	log.Info("events", "nats", where, "embedded", srv != nil, "stream", st.CachedInfo().Config.Name,
-		"subjects", st.CachedInfo().Config.Subjects[0], "duplicate_window", time.Duration(e.EventsDupWindow))
+		"subjects", st.CachedInfo().Config.Subjects[0], "duplicate_window", time.Duration(e.EventsDupWindow), "auth", e.NATSAuth)
 	return func(ctx context.Context) error {
-		<-ctx.Done()
-		stop()
-		return nil
+		defer stop()
+		if auth == nil {
+			<-ctx.Done()
+			return nil
+		}
+		// Revocation: a node whose lease lapsed or whose shards changed,
+		// and a removed worker, are disconnected; a client that
+		// reconnects gets its permissions of then.
+		tick := time.NewTicker(natsSweepEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-tick.C:
+			}
+			if users, err := auth.Sweep(srv); err != nil {
+				log.Warn("nats-auth: listing connections", "err", err)
+			} else if len(users) > 0 {
+				log.Info("nats-auth: disconnected clients whose permissions changed (lease lapsed, shards moved or worker removed)", "users", users)
+			}
+		}
 	}, nil
+}
+
+// natsAuthorizer opens the credentials file beside the database: a node
+// may connect while the controller has it live, with the shards of its
+// range; workers with the tokens `dpxe workers add` made.
+// natsSweepEvery is how often serve disconnects NATS clients whose
+// permissions changed.
+const natsSweepEvery = 2 * time.Second
+
+func natsAuthorizer(app *fleetApp, eventsApp string) (*natsauth.Authorizer, error) {
+	f, err := natsauth.Open(filepath.Join(app.cfg.dataDir(), natsauth.FileName))
+	if err != nil {
+		return nil, fmt.Errorf("nats-auth: %w", err)
+	}
+	ctl := app.controller
+	return f.Authorizer(eventsApp, func(id string) ([]uint32, bool) {
+		for _, n := range ctl.Nodes() {
+			if n.ID != id {
+				continue
+			}
+			if !n.Live {
+				return nil, false
+			}
+			shards := make([]uint32, 0, n.RangeCount)
+			for i := uint32(0); i < n.RangeCount; i++ {
+				shards = append(shards, n.RangeStart+i)
+			}
+			return shards, true
+		}
+		return nil, false
+	})
 }

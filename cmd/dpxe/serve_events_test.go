@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,11 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/discord-pxe/dpxe/fleet/events"
+	"github.com/discord-pxe/dpxe/fleet/events/eventstest"
 )
 
 // startNATSCluster starts three routed NATS servers with JetStream on
@@ -23,36 +21,7 @@ import (
 // URLs.
 func startNATSCluster(t *testing.T) []string {
 	t.Helper()
-	var ports []int
-	for range 3 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-		ln.Close()
-	}
-	routes := fmt.Sprintf("nats://127.0.0.1:%d,nats://127.0.0.1:%d,nats://127.0.0.1:%d", ports[0], ports[1], ports[2])
-	var servers []*server.Server
-	for i := range 3 {
-		s, err := server.NewServer(&server.Options{ServerName: fmt.Sprintf("ext%d", i+1), Host: "127.0.0.1",
-			Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true,
-			Cluster: server.ClusterOpts{Name: "ext", Host: "127.0.0.1", Port: ports[i]}, Routes: server.RoutesFromStr(routes)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.Start()
-		t.Cleanup(s.Shutdown)
-		servers = append(servers, s)
-	}
-	var urls []string
-	for _, s := range servers {
-		if !s.ReadyForConnections(e2eDeadline) {
-			t.Fatal("cluster server not ready")
-		}
-		urls = append(urls, s.ClientURL())
-	}
-	return urls
+	return eventstest.StartEmbedded(t, "ext").URLs
 }
 
 // TestServeEventsExternalCluster: with --nats-url, `dpxe serve` starts no

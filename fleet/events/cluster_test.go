@@ -2,58 +2,14 @@ package events
 
 import (
 	"context"
-	"fmt"
-	"net"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-)
 
-// startCluster starts three NATS servers with JetStream, routed into one
-// cluster on loopback, each on its own file store, and waits until
-// JetStream answers. It returns the servers (shut down at the end of the
-// test) and a client URL list of all three.
-func startCluster(t *testing.T) ([]*server.Server, string) {
-	t.Helper()
-	// Cluster ports are picked first (a listener opened and closed), so
-	// every server can be given the routes to all three.
-	var ports []int
-	for range 3 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-		ln.Close()
-	}
-	routes := fmt.Sprintf("nats://127.0.0.1:%d,nats://127.0.0.1:%d,nats://127.0.0.1:%d", ports[0], ports[1], ports[2])
-	var servers []*server.Server
-	var urls []string
-	for i := range 3 {
-		opts := &server.Options{ServerName: fmt.Sprintf("n%d", i+1), Host: "127.0.0.1", Port: server.RANDOM_PORT,
-			JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true,
-			Cluster: server.ClusterOpts{Name: "dpxe-test", Host: "127.0.0.1", Port: ports[i]},
-			Routes:  server.RoutesFromStr(routes)}
-		s, err := server.NewServer(opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.Start()
-		t.Cleanup(s.Shutdown)
-		servers = append(servers, s)
-	}
-	for i, s := range servers {
-		if !s.ReadyForConnections(testDeadline) {
-			t.Fatalf("server %d not ready", i+1)
-		}
-		urls = append(urls, s.ClientURL())
-	}
-	return servers, strings.Join(urls, ",")
-}
+	"github.com/discord-pxe/dpxe/fleet/events/eventstest"
+)
 
 // TestClusterBrokerKilledMidStream publishes 200 dispatches of one session
 // into an R3 stream on a three-server cluster, shuts the stream's leader
@@ -68,8 +24,21 @@ func TestClusterBrokerKilledMidStream(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a three-server cluster takes seconds to elect leaders")
 	}
-	servers, urls := startCluster(t)
-	nc, err := nats.Connect(urls, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	brokerKilledMidStream(t, eventstest.StartEmbedded(t, "n"))
+}
+
+// TestClusterBrokerKilledMidStreamDebian is the same against three
+// nats-server processes of Debian's package (2.9.10), the leader killed
+// with SIGKILL. It skips where the package is not installed.
+func TestClusterBrokerKilledMidStreamDebian(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-server cluster takes seconds to elect leaders")
+	}
+	brokerKilledMidStream(t, eventstest.StartProcesses(t, eventstest.DebianServer, "deb"))
+}
+
+func brokerKilledMidStream(t *testing.T, c *eventstest.Cluster) {
+	nc, err := nats.Connect(c.ClientURLs(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,10 +82,8 @@ func TestClusterBrokerKilledMidStream(t *testing.T) {
 		t.Fatalf("stream info: %v", err)
 	}
 	leader := info.Cluster.Leader
-	for _, s := range servers {
-		if s.Name() == leader {
-			s.Shutdown()
-		}
+	if !c.Stop(leader) {
+		t.Fatalf("the stream's leader %q is none of %v", leader, c.Names)
 	}
 	// The rest goes out while the stream elects a new leader; some
 	// PubAcks fail or time out.
@@ -144,7 +111,7 @@ func TestClusterBrokerKilledMidStream(t *testing.T) {
 	if before.Failed == 0 {
 		t.Logf("no PubAck failed during the election this run: the replay was not needed")
 	}
-	t.Logf("leader %s shut down; before the replay: acked %d, %d failed; after: %+v", leader, before.Acked, before.Failed, after)
+	t.Logf("leader %s stopped; before the replay: acked %d, %d failed; after: %+v", leader, before.Acked, before.Failed, after)
 	seen := map[uint64]int{}
 	ictx, cancel = context.WithTimeout(ctx, testDeadline)
 	defer cancel()

@@ -2,9 +2,12 @@ package dpxe_test
 
 import (
 	"context"
+	"errors"
 	"log"
 	"os"
 	"os/signal"
+	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -39,5 +42,32 @@ func ExampleService() {
 	}, func(err error) { log.Print(err) })
 	if err != nil {
 		log.Fatal(err)
+	}
+}
+
+// A worker asks the shard that holds a guild for ten of its members, and
+// sets the bot idle on shard 0. (docs/events.md shows the same code.)
+func ExampleCommander() {
+	ctx := context.Background()
+	nc, err := nats.Connect("nats://127.0.0.1:4222")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer nc.Close()
+	guildID := uint64(81384788765712384)
+	cmd, err := dpxe.NewCommander(nc, dpxe.CommandConfig{App: "bot", Shards: 16})
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = cmd.SendCommand(ctx, guildID, dpxe.OpRequestGuildMembers,
+		map[string]any{"guild_id": strconv.FormatUint(guildID, 10), "query": "", "limit": 10})
+	var ce *dpxe.CommandError
+	if errors.As(err, &ce) && ce.Code == "rate_limited" {
+		time.Sleep(ce.RetryAfter) // then send it again
+	}
+	// A presence update is per connection: SendToShard for each shard that should change.
+	err = cmd.SendToShard(ctx, 0, dpxe.OpPresenceUpdate, map[string]any{"since": nil, "activities": []any{}, "status": "idle", "afk": false})
+	if err != nil {
+		log.Print(err)
 	}
 }

@@ -413,7 +413,7 @@ func BenchmarkDispatch(b *testing.B) {
 		b.Fatal(err)
 	}
 	s := emu.sessions[emu.Sessions()[0].ID]
-	data := messageCreateData(1, emu.Guilds()[0], time.Now())
+	data := messageCreateData(1, 1, emu.Guilds()[0], time.Now())
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

@@ -338,6 +338,9 @@ func (c *conn) handle(frame []byte) {
 			c.fail(KindNotAuthenticated, CloseNotAuthenticated, fmt.Sprintf("op %d before Identify", op))
 			return
 		}
+		if op == OpPresenceUpdate || op == OpVoiceStateUpdate || op == OpRequestGuildMembers {
+			c.noteCommand(op, len(frame))
+		}
 		if op == OpRequestGuildMembers {
 			c.requestMembers(p.D)
 			return
@@ -349,6 +352,22 @@ func (c *conn) handle(frame []byte) {
 	default:
 		c.fail(KindUnknownOpcode, CloseUnknownOpcode, fmt.Sprintf("unknown or client-forbidden opcode %d", op))
 	}
+}
+
+// noteCommand records a Gateway command a ready connection sent.
+func (c *conn) noteCommand(op, n int) {
+	e := c.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.commands) >= maxCommandRecords {
+		e.commandsDropped++
+		return
+	}
+	shard := -1
+	if c.shard != nil {
+		shard = c.shard[0]
+	}
+	e.commands = append(e.commands, CommandRecord{Conn: c.id, Shard: shard, Op: op, Bytes: n, Received: time.Now()})
 }
 
 // heartbeat ACKs an op 1 (unless a stop_ack fault holds) and re-arms the

@@ -48,6 +48,7 @@ type Emulator struct {
 	cancel  context.CancelFunc
 
 	connSeq  atomic.Uint64
+	msgSeq   atomic.Uint64 // synthetic MESSAGE_CREATEs, for unique message IDs
 	counters struct {
 		connections, identifyAccepted, identifyRefused, identifyClosed atomic.Uint64
 		resumes, resumesFailed, heartbeats, acks, dispatches, replayed atomic.Uint64
@@ -77,6 +78,9 @@ type Emulator struct {
 	identifies        []IdentifyRecord
 	firstBeats        []FirstHeartbeat
 	beats             []HeartbeatRecord // with Options.RecordHeartbeats
+	commands          []CommandRecord   // ops 3, 4, 8 received
+	commandsDropped   uint64
+	rest              restState // REST messages and the pings they answer
 	violations        []Violation
 	malformedFrames   map[string]uint64    // malformed client frames by reason
 	closedStats       []ConnStats          // records of closed connections, oldest first
@@ -121,6 +125,7 @@ func New(opts Options) (*Emulator, error) {
 
 		malformedFrames:   map[string]uint64{},
 		memberRequests:    map[uint64]time.Time{},
+		rest:              restState{buckets: map[string][]time.Time{}},
 		resumeUnavailable: o.ResumeUnavailable,
 	}
 	e.budget = budgetState{remaining: o.SessionStarts, periodStart: o.Now()}
@@ -358,6 +363,13 @@ func (e *Emulator) Identifies() []IdentifyRecord {
 	return append([]IdentifyRecord(nil), e.identifies...)
 }
 
+// Commands returns the Gateway commands (ops 3, 4, 8) received so far.
+func (e *Emulator) Commands() []CommandRecord {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]CommandRecord{}, e.commands...)
+}
+
 // FirstHeartbeats returns, for every connection that heartbeated, how long
 // after Hello its first heartbeat came (join with IdentifyRecord.Conn for
 // the shard). Clients jitter the first heartbeat; tests compare it with
@@ -418,6 +430,9 @@ func (e *Emulator) State() State {
 		Violations:            append([]Violation{}, e.violations...),
 		MalformedClientFrames: maps.Clone(e.malformedFrames),
 		Connections:           e.connStatsLocked(),
+		Commands:              append([]CommandRecord{}, e.commands...),
+		CommandsDropped:       e.commandsDropped,
+		REST:                  e.restRecordLocked(),
 		AckSuppressed:         []int{},
 	}
 	for id := range e.noAck {

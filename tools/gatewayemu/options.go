@@ -90,6 +90,14 @@ type Options struct {
 	// MessagesPerSecond is the rate of synthetic MESSAGE_CREATE dispatches per
 	// ready session (0 = none).
 	MessagesPerSecond float64
+	// PingEvery makes every PingEvery-th synthetic MESSAGE_CREATE of a
+	// session a guild message with content "!ping" (0 = none), recorded
+	// in the REST record's pings.
+	PingEvery int
+	// RESTMessageLimit messages per RESTMessageWindow may be created in
+	// one channel through REST (default 5 per 5 s); more get 429.
+	RESTMessageLimit  int
+	RESTMessageWindow time.Duration
 	// ResumeTimeout is how long a detached session stays resumable (default 3 min).
 	ResumeTimeout time.Duration
 	// ReplayLimit is how many dispatches each session keeps at least for
@@ -222,6 +230,12 @@ func (o Options) withDefaults() (Options, error) {
 				float64(o.HeartbeatInterval) / float64(DefaultHeartbeatInterval))
 		}
 	}
+	if o.RESTMessageLimit == 0 {
+		o.RESTMessageLimit = DefaultRESTMessageLimit
+	}
+	if o.RESTMessageWindow == 0 {
+		o.RESTMessageWindow = DefaultRESTMessageWindow
+	}
 	if o.GuildMembers == 0 {
 		o.GuildMembers = DefaultGuildMembers
 	}
@@ -256,6 +270,8 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("%w: heartbeat grace %v < 0", ErrBadOptions, o.HeartbeatGrace)
 	case o.Guilds < 0:
 		return o, fmt.Errorf("%w: guilds %d < 0", ErrBadOptions, o.Guilds)
+	case o.PingEvery < 0 || o.RESTMessageLimit < 1 || o.RESTMessageWindow < time.Millisecond:
+		return o, fmt.Errorf("%w: ping every %d (0 or more), REST message limit %d per %v (at least 1 per 1ms)", ErrBadOptions, o.PingEvery, o.RESTMessageLimit, o.RESTMessageWindow)
 	case o.MessagesPerSecond < 0:
 		return o, fmt.Errorf("%w: messages per second %v < 0", ErrBadOptions, o.MessagesPerSecond)
 	case o.ResumeTimeout < 0 || o.ReconnectGrace < 0 || o.SendWindow < 0:

@@ -181,6 +181,20 @@ type HeartbeatRecord struct {
 	Acked time.Time `json:"acked"`
 }
 
+// CommandRecord is one Gateway command (op 3, 4 or 8) a ready
+// connection sent, in arrival order (at most maxCommandRecords are kept).
+type CommandRecord struct {
+	Conn     uint64    `json:"conn"`
+	Shard    int       `json:"shard"`
+	Op       int       `json:"op"`
+	Bytes    int       `json:"bytes"`
+	Received time.Time `json:"received"`
+}
+
+// maxCommandRecords bounds the command record; later commands are only
+// counted (State.CommandsDropped).
+const maxCommandRecords = 100000
+
 // SessionStartLimit mirrors /gateway/bot's session_start_limit.
 type SessionStartLimit struct {
 	Total          int   `json:"total"`
@@ -231,6 +245,14 @@ type State struct {
 	MalformedClientFrames map[string]uint64 `json:"malformed_client_frames"`
 	// Connections is the record of every open and recent closed connection.
 	Connections []ConnStats `json:"connections"`
+	// Commands lists the Gateway commands (ops 3, 4, 8) ready connections
+	// sent, in arrival order; CommandsDropped counts those past the
+	// record's bound.
+	Commands        []CommandRecord `json:"commands"`
+	CommandsDropped uint64          `json:"commands_dropped"`
+	// REST is the record of messages created through REST and of the
+	// synthetic "!ping"s.
+	REST RESTRecord `json:"rest"`
 }
 
 func shardPtr(id, num int) *[2]int { s := [2]int{id, num}; return &s }

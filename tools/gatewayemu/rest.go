@@ -35,6 +35,16 @@ func (e *Emulator) RESTHandler() http.Handler {
 				break
 			}
 		}
+		if ch, ok := strings.CutPrefix(route, "/channels/"); ok {
+			if ch, ok := strings.CutSuffix(ch, "/messages"); ok && !strings.Contains(ch, "/") {
+				if r.Method != http.MethodPost {
+					writeJSON(w, http.StatusMethodNotAllowed, apiError{Message: "405: Method Not Allowed", Code: 0})
+					return
+				}
+				e.createMessage(w, r, ch)
+				return
+			}
+		}
 		switch route {
 		case "/gateway", "/gateway/bot":
 		default:

@@ -201,9 +201,13 @@ func guildCreateData(g uint64, joined time.Time) map[string]any {
 	}
 }
 
-// messageCreateData builds a MESSAGE_CREATE in guild g (0 = a DM).
-func messageCreateData(n uint64, g uint64, now time.Time) map[string]any {
-	msgID := uint64(now.UnixMilli()-discordEpochMillis)<<22 | n&0x3fffff
+// messageCreateData builds a MESSAGE_CREATE in guild g (0 = a DM), the
+// n-th of its session; unique is the emulator's message counter, which
+// makes the snowflake unique across sessions (sessions ticking together
+// produce the same n in the same millisecond). Bit 17 stays clear: the
+// REST endpoint's messages set it.
+func messageCreateData(n, unique uint64, g uint64, now time.Time) map[string]any {
+	msgID := uint64(now.UnixMilli()-discordEpochMillis)<<22 | unique&0x1ffff
 	d := map[string]any{
 		"id": snowflake(msgID), "type": 0, "content": "synthetic message " + snowflake(n),
 		"author": map[string]any{"id": snowflake(authorID), "username": "someone",
@@ -248,6 +252,11 @@ func (e *Emulator) runMessages(s *session) {
 		if len(s.guilds) > 0 {
 			g = s.guilds[int(n)%len(s.guilds)]
 		}
-		e.dispatch(s, "MESSAGE_CREATE", messageCreateData(n, g, e.opts.Now()))
+		d := messageCreateData(n, e.msgSeq.Add(1), g, e.opts.Now())
+		if e.opts.PingEvery > 0 && g != 0 && n%uint64(e.opts.PingEvery) == 0 {
+			d["content"] = PingContent
+			e.notePing(s, d)
+		}
+		e.dispatch(s, "MESSAGE_CREATE", d)
 	}
 }

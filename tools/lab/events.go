@@ -2,12 +2,14 @@ package lab
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/discord-pxe/dpxe/fleet/events"
+	"github.com/discord-pxe/dpxe/fleet/events/natsauth"
 )
 
 // Event delivery in the simulated lab: `dpxe serve` runs its embedded NATS
@@ -28,6 +30,25 @@ func (l *Lab) connectEvents() error {
 	m := natsLineRE.FindStringSubmatch(readFile(filepath.Join(l.cfg.Var, "serve.log")))
 	if m == nil {
 		l.logf("dpxe serve reports no NATS server: simulated nodes publish no events")
+		return nil
+	}
+	if l.cfg.NATSAuth {
+		// serve created the credentials file beside its database; the
+		// nodes derive their passwords from it as the controller will,
+		// and the operator gets a worker of their own for the CLI.
+		f, err := natsauth.Open(filepath.Join(l.cfg.Var, natsauth.FileName))
+		if err != nil {
+			return fmt.Errorf("lab: %w", err)
+		}
+		tokFile, err := l.addWorker(f, "operator")
+		if err != nil {
+			return err
+		}
+		l.mu.Lock()
+		l.NATSURL, l.auth = m[1], f
+		l.mu.Unlock()
+		l.logf("events: simulated nodes publish to %s with node credentials (dpxe events tail --nats-url %s --nats-user %soperator --nats-password-file %s)",
+			m[1], m[1], natsauth.WorkerPrefix, tokFile)
 		return nil
 	}
 	nc, err := nats.Connect(m[1], nats.Name("dpxe lab"), nats.MaxReconnects(-1))
@@ -61,4 +82,58 @@ func (l *Lab) closeEvents() {
 	if nc != nil {
 		nc.Close()
 	}
+}
+
+// startPingbot runs examples/pingbot (Config.Pingbot) against serve's
+// NATS server and the emulator's REST API with the lab's bot token; its
+// log is pingbot.log, its replies are in the emulator's record and the
+// lab's table.
+func (l *Lab) startPingbot() error {
+	if l.cfg.Pingbot == "" {
+		return nil
+	}
+	if l.NATSURL == "" {
+		l.logf("pingbot not started: no event delivery")
+		return nil
+	}
+	if _, err := os.Stat(l.cfg.Pingbot); err != nil {
+		l.logf("pingbot not started: %v (tools/scripts/run.sh builds it)", err)
+		return nil
+	}
+	args := []string{l.cfg.Pingbot, "-nats-url", l.NATSURL, "-app", labEventsApp,
+		"-api", l.GatewayURL + "/api/v10", "-token-file", filepath.Join(l.cfg.Var, "bot.token")}
+	l.mu.Lock()
+	auth := l.auth
+	l.mu.Unlock()
+	if auth != nil {
+		tokFile, err := l.addWorker(auth, "pingbot")
+		if err != nil {
+			return err
+		}
+		args = append(args, "-nats-user", natsauth.WorkerPrefix+"pingbot", "-nats-password-file", tokFile)
+	}
+	_, err := l.start("pingbot", "pingbot.log", nil, args...)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.Pingbot = true
+	l.mu.Unlock()
+	l.logf("pingbot answers \"!ping\" through %s/api/v10 (log: %s)", l.GatewayURL, filepath.Join(l.cfg.Var, "pingbot.log"))
+	return nil
+}
+
+// addWorker creates worker name in the credentials file (as `dpxe
+// workers add` does) and writes its password to worker-<name>.token in
+// the lab's var directory.
+func (l *Lab) addWorker(f *natsauth.File, name string) (string, error) {
+	tok, err := f.AddWorker(name)
+	if err != nil {
+		return "", fmt.Errorf("lab: worker %s: %w", name, err)
+	}
+	path := filepath.Join(l.cfg.Var, "worker-"+name+".token")
+	if err := os.WriteFile(path, []byte(tok+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	return path, nil
 }

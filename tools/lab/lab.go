@@ -36,6 +36,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/discord-pxe/dpxe/fleet/events/natsauth"
 	"github.com/discord-pxe/dpxe/image/qemu"
 	"github.com/discord-pxe/dpxe/tools/netns"
 )
@@ -93,6 +94,16 @@ type Config struct {
 	// MessageRate is the emulator's synthetic MESSAGE_CREATEs per second
 	// per ready session (0: none).
 	MessageRate float64
+	// PingEvery makes every PingEvery-th synthetic guild message a "!ping"
+	// (the emulator's -ping-every; 0: none).
+	PingEvery int
+	// Pingbot is the examples/pingbot binary; with simulated nodes the lab
+	// runs it against serve's NATS server and the emulator's REST API
+	// ("": no pingbot).
+	Pingbot string
+	// NATSAuth runs `dpxe serve --nats-auth`: simulated nodes connect with
+	// node credentials, pingbot and the operator with worker credentials.
+	NATSAuth bool
 	// Log receives the lab's progress lines (os.Stdout).
 	Log io.Writer
 }
@@ -118,6 +129,9 @@ func (c *Config) defaults() error {
 	def(&c.Var, filepath.Join("var", "lab"))
 	def(&c.DPXE, filepath.Join("bin", "dpxe"))
 	def(&c.Emulator, filepath.Join("bin", "gateway-emulator"))
+	if c.Pingbot != "" && !filepath.IsAbs(c.Pingbot) {
+		c.Pingbot = filepath.Join(c.Root, c.Pingbot)
+	}
 	if c.Nodes == 0 {
 		c.Nodes = 3
 	}
@@ -150,6 +164,8 @@ func (c *Config) defaults() error {
 		return fmt.Errorf("lab: NODES=%d: want 1 to 99", c.Nodes)
 	case c.Shards < 1 || c.Shards > 1<<20:
 		return fmt.Errorf("lab: SHARDS=%d: want 1 to %d", c.Shards, 1<<20)
+	case c.PingEvery < 0:
+		return fmt.Errorf("lab: PING_EVERY=%d: want 0 or more", c.PingEvery)
 	case c.MaxConcurrency < 1:
 		return fmt.Errorf("lab: MAX_CONCURRENCY=%d: want at least 1", c.MaxConcurrency)
 	case c.Firmware != FirmwareBIOS && c.Firmware != FirmwareUEFI && c.Firmware != FirmwareMixed:
@@ -181,6 +197,8 @@ type Lab struct {
 	// NATSURL is serve's NATS server that simulated nodes publish events
 	// to ("" without event delivery; events.go).
 	NATSURL string
+	// Pingbot: the lab runs examples/pingbot (events.go).
+	Pingbot bool
 
 	admin   *client
 	ns      *netns.NS
@@ -194,8 +212,9 @@ type Lab struct {
 	procs []*process
 	nodes []*Node
 	sims  []*simNode
-	next  int        // number of the next node
-	nc    *nats.Conn // the simulated nodes' NATS connection (events.go)
+	next  int            // number of the next node
+	nc    *nats.Conn     // the simulated nodes' NATS connection (events.go)
+	auth  *natsauth.File // with Config.NATSAuth: serve's NATS credentials (events.go)
 }
 
 // process is a child process the lab started and stops.
@@ -320,7 +339,8 @@ const (
 // starts with a fresh inventory. Nothing outside cfg.Var is touched.
 func (l *Lab) resetFiles() error {
 	for _, name := range []string{"dpxe.db", "dpxe.db-wal", "dpxe.db-shm", "admin.token", "bot.token",
-		"serve.log", "gateway.log", "lab.log"} {
+		"serve.log", "gateway.log", "lab.log", "pingbot.log", "nats-auth.json",
+		"worker-operator.token", "worker-pingbot.token"} {
 		if err := os.Remove(filepath.Join(l.cfg.Var, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
@@ -483,6 +503,9 @@ func (l *Lab) startEmulator(ctx context.Context, wrap func(ctx context.Context, 
 	if l.cfg.MessageRate > 0 {
 		args = append(args, "-message-rate", fmt.Sprint(l.cfg.MessageRate))
 	}
+	if l.cfg.PingEvery > 0 {
+		args = append(args, "-ping-every", fmt.Sprint(l.cfg.PingEvery))
+	}
 	p, err := l.start("gateway-emulator", "gateway.log", wrap, args...)
 	if err != nil {
 		return nil, err
@@ -524,6 +547,9 @@ func (l *Lab) serveArgs(listen, gatewayAPI string) []string {
 		// A port of its own, so a lab beside tests or a NATS server on
 		// 4222 does not collide; the address is in serve's "events" line.
 		args = append(args, "--nats-listen", "127.0.0.1:0")
+	}
+	if l.cfg.NATSAuth && hasFlag(help, "nats-auth") {
+		args = append(args, "--nats-auth")
 	}
 	if hasFlag(help, "gateway-api") && hasFlag(help, "bot-token-file") {
 		l.GatewayFlags = true
@@ -743,7 +769,7 @@ func (l *Lab) Stop() error {
 		}
 	}
 	wg.Wait()
-	for _, name := range []string{"dpxe serve", "gateway-emulator"} {
+	for _, name := range []string{"pingbot", "dpxe serve", "gateway-emulator"} {
 		for _, p := range procs {
 			if p.name == name {
 				p.stop(15 * time.Second)

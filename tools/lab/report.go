@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"regexp"
@@ -63,6 +64,11 @@ type Report struct {
 	Sessions int
 	// Violations counts the emulator's violations by kind.
 	Violations map[string]int
+	// Pings is the "!ping"s the emulator sent, Replies the messages bots
+	// created through its REST API, RateLimited the creates answered 429.
+	Pings, Replies, RateLimited int
+	// Pingbot: the lab runs pingbot, so the table shows the replies.
+	Pingbot bool
 }
 
 var (
@@ -96,6 +102,11 @@ func (l *Lab) Status(ctx context.Context) (Report, error) {
 		Violations []struct {
 			Kind string `json:"kind"`
 		} `json:"violations"`
+		REST struct {
+			Messages    []json.RawMessage `json:"messages"`
+			Pings       []json.RawMessage `json:"pings"`
+			RateLimited int               `json:"rate_limited"`
+		} `json:"rest"`
 	}
 	if err := newClient(l.GatewayURL, "").do(ctx, "GET", "/debug/state", nil, &emu); err != nil {
 		return rep, fmt.Errorf("the emulator's record: %w", err)
@@ -107,6 +118,10 @@ func (l *Lab) Status(ctx context.Context) (Report, error) {
 			}
 		}
 	}
+	rep.Pings, rep.Replies, rep.RateLimited = len(emu.REST.Pings), len(emu.REST.Messages), emu.REST.RateLimited
+	l.mu.Lock()
+	rep.Pingbot = l.Pingbot
+	l.mu.Unlock()
 	rep.Violations = map[string]int{}
 	for _, v := range emu.Violations {
 		rep.Violations[v.Kind]++
@@ -217,6 +232,10 @@ func (rep Report) Print(w io.Writer) {
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "Gateway emulator: %d sessions connected, %s\n", rep.Sessions, violationText(rep.Violations))
+	if rep.Pingbot || rep.Replies > 0 {
+		fmt.Fprintf(w, "pingbot: %d \"!ping\" sent by the emulator, %d replies posted to its REST API (%d answered 429 first)\n",
+			rep.Pings, rep.Replies, rep.RateLimited)
+	}
 }
 
 // violationText is "no violations" or "3 violations: bucket_out_of_order 3".

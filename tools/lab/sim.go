@@ -13,12 +13,15 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/nats-io/nats.go"
 
 	"github.com/discord-pxe/dpxe/appliance"
 	"github.com/discord-pxe/dpxe/fleet/events"
+	"github.com/discord-pxe/dpxe/fleet/events/natsauth"
 )
 
 // The simulated lab: `dpxe serve` on loopback without netboot, the Gateway
@@ -70,6 +73,9 @@ func (l *Lab) startSimulated(ctx context.Context) error {
 	if err := l.connectEvents(); err != nil {
 		return err
 	}
+	if err := l.startPingbot(); err != nil {
+		return err
+	}
 	for i := 0; i < l.cfg.Nodes; i++ {
 		if _, err := l.AddNode(ctx); err != nil {
 			return err
@@ -97,8 +103,11 @@ func (l *Lab) addSimNode(ctx context.Context, n int) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	l.mu.Lock()
+	nc, natsURL, auth := l.nc, l.NATSURL, l.auth
+	l.mu.Unlock()
 	s := &simNode{id: name, api: newClient(l.URL, out.Credential), gateway: gw, botToken: strings.TrimSpace(string(tok)),
-		shards: map[uint32]*simShard{}, done: make(chan struct{}), pub: pub}
+		shards: map[uint32]*simShard{}, done: make(chan struct{}), pub: pub, nc: nc, natsURL: natsURL, auth: auth}
 	sctx, cancel := context.WithCancel(l.runCtx)
 	s.cancel = cancel
 	go s.run(sctx)
@@ -122,6 +131,16 @@ type simNode struct {
 	// pub publishes every dispatch (nil: no event delivery). Resumes are
 	// not simulated, so a session's acknowledged sequence is not used.
 	pub *events.Publisher
+	// nc answers the workers' commands for the shards the node runs
+	// (nil: no event delivery, no commands).
+	nc *nats.Conn
+	// With `dpxe serve --nats-auth`, nc and pub are nil and each shard
+	// connects to natsURL as node-<id> with the password the controller
+	// would hand out (auth), so the server gives it the node's shards'
+	// permissions: one connection per shard, opened once the shard is
+	// assigned (the kernel will use one per node).
+	natsURL string
+	auth    *natsauth.File
 
 	mu      sync.Mutex
 	shards  map[uint32]*simShard
@@ -131,10 +150,31 @@ type simNode struct {
 
 // simShard is one shard session of a simulated node.
 type simShard struct {
+	// pub publishes the shard's dispatches (nil: no event delivery).
+	pub    *events.Publisher
 	mu     sync.Mutex
 	st     appliance.ShardStatus
 	cancel context.CancelFunc
 	done   chan struct{}
+	// send checks and sends a worker's command on the current
+	// connection (nil between connections); released is set once the
+	// node gives the shard up.
+	send     events.CommandHandler
+	released bool
+}
+
+// command answers a worker's command for shard id of total: through the
+// current connection, or refused (not_owner once released, otherwise
+// not_ready, after the checks that need no connection).
+func (s *simShard) command(body []byte, id, total uint32) events.CommandReply {
+	s.mu.Lock()
+	send, released := s.send, s.released
+	s.mu.Unlock()
+	if send != nil && !released {
+		return send(body)
+	}
+	_, r := events.CheckCommand(body, events.ShardView{Shard: id, TotalShards: total, Owned: !released})
+	return r
 }
 
 func (s *simShard) set(f func(st *appliance.ShardStatus)) {
@@ -294,8 +334,34 @@ type gatewayPayload struct {
 	raw []byte
 }
 
-// runShard keeps one shard's session up until ctx ends.
+// runShard keeps one shard's session up until ctx ends, and answers the
+// workers' commands for the shard meanwhile.
 func (s *simNode) runShard(ctx context.Context, sh *simShard, id, total uint32) {
+	nc, pub := s.nc, s.pub
+	if s.auth != nil {
+		var err error
+		if nc, err = s.connectAs(ctx, sh); err != nil {
+			return // ctx ended
+		}
+		defer nc.Close()
+		if pub, err = events.NewPublisher(nc, events.PublisherConfig{App: labEventsApp, Node: s.id}); err != nil {
+			return
+		}
+	}
+	sh.pub = pub
+	if nc != nil {
+		sub, err := events.ServeCommands(nc, labEventsApp, id, func(body []byte) events.CommandReply {
+			r := sh.command(body, id, total)
+			r.Node = s.id
+			return r
+		})
+		if err == nil {
+			defer func() {
+				sh.set(func(*appliance.ShardStatus) { sh.released = true })
+				sub.Unsubscribe()
+			}()
+		}
+	}
 	for ctx.Err() == nil {
 		err := s.session(ctx, sh, id, total)
 		if ctx.Err() != nil {
@@ -322,6 +388,25 @@ func (s *simNode) runShard(ctx context.Context, sh *simShard, id, total uint32) 
 		select {
 		case <-ctx.Done():
 		case <-time.After(5 * time.Second):
+		}
+	}
+}
+
+// connectAs connects to serve's NATS server as this node, retrying
+// every second until ctx ends (the controller may not list the node as
+// live with this shard yet); a refusal is shown as the shard's last error.
+func (s *simNode) connectAs(ctx context.Context, sh *simShard) (*nats.Conn, error) {
+	for {
+		nc, err := nats.Connect(s.natsURL, nats.Name("dpxe lab "+s.id), nats.MaxReconnects(-1),
+			nats.UserInfo(natsauth.NodePrefix+s.id, s.auth.NodePassword(s.id)))
+		if err == nil {
+			return nc, nil
+		}
+		sh.set(func(st *appliance.ShardStatus) { st.LastError = shortError(fmt.Errorf("NATS: %w", err)) })
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
 		}
 	}
 }
@@ -396,15 +481,47 @@ func (s *simNode) session(ctx context.Context, sh *simShard, id, total uint32) e
 	if p.Op != 10 || json.Unmarshal(p.D, &hello) != nil || hello.HeartbeatInterval <= 0 {
 		return fmt.Errorf("expected Hello, got op %d", p.Op)
 	}
+	interval := time.Duration(hello.HeartbeatInterval) * time.Millisecond
+	// Every event the connection sends is noted in its send budget;
+	// workers' commands go out only within it (events.CheckCommand). A
+	// heartbeat interval shorter than Discord's (the lab's tests) shrinks
+	// the 60 s window by the same ratio, as the emulator does.
+	window := 60 * time.Second
+	if interval < 41250*time.Millisecond {
+		window = time.Duration(float64(window) * float64(interval) / float64(41250*time.Millisecond))
+	}
+	budget := events.NewSendBudget(window)
 	var wmu sync.Mutex
+	write := func(b []byte) error {
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		err := conn.Write(wctx, websocket.MessageText, b)
+		if err == nil {
+			budget.Note()
+		}
+		return err
+	}
 	send := func(v any) error {
 		b, _ := json.Marshal(v)
 		wmu.Lock()
 		defer wmu.Unlock()
-		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		return conn.Write(wctx, websocket.MessageText, b)
+		return write(b)
 	}
+	var ready atomic.Bool
+	sh.set(func(*appliance.ShardStatus) {
+		sh.send = func(body []byte) events.CommandReply {
+			wmu.Lock()
+			defer wmu.Unlock()
+			cmd, r := budget.Check(body, events.ShardView{Shard: id, TotalShards: total, Owned: true, Ready: ready.Load()}, interval)
+			if r.Status == events.CodeOK {
+				if err := write(cmd.Frame); err != nil {
+					r.Status, r.Reason = events.CodeNotReady, "the connection failed: "+shortError(err)
+				}
+			}
+			return r
+		}
+	})
+	defer sh.set(func(*appliance.ShardStatus) { sh.send = nil })
 	var seqMu sync.Mutex
 	var seq *int64
 	acked := true
@@ -418,7 +535,6 @@ func (s *simNode) session(ctx context.Context, sh *simShard, id, total uint32) e
 		seqMu.Unlock()
 		return send(map[string]any{"op": 1, "d": d})
 	}
-	interval := time.Duration(hello.HeartbeatInterval) * time.Millisecond
 	hctx, stopBeats := context.WithCancel(ctx)
 	defer stopBeats()
 	go func() {
@@ -452,11 +568,12 @@ func (s *simNode) session(ctx context.Context, sh *simShard, id, total uint32) e
 					seq = &v
 				}
 				seqMu.Unlock()
-				if sp, err = s.publish(hctx, sp, id, p); err != nil {
+				if sp, err = s.publish(hctx, sh.pub, sp, id, p); err != nil {
 					readErr <- err
 					return
 				}
 				if p.T != nil && (*p.T == "READY" || *p.T == "RESUMED") {
+					ready.Store(true)
 					sh.set(func(st *appliance.ShardStatus) {
 						st.State, st.SeqValid, st.LastError, st.CloseCode = appliance.ShardReady, true, "", 0
 					})
@@ -525,8 +642,8 @@ func readPayload(ctx context.Context, conn *websocket.Conn) (gatewayPayload, err
 // with a sequence is published with its frame unchanged. Publish blocks
 // while the session's window is full, so the shard stops reading, as the
 // no-loss rule asks; an error ends the session.
-func (s *simNode) publish(ctx context.Context, sp *events.SessionPublisher, shard uint32, p gatewayPayload) (*events.SessionPublisher, error) {
-	if s.pub == nil || p.T == nil || p.S == nil || *p.S < 1 {
+func (s *simNode) publish(ctx context.Context, pub *events.Publisher, sp *events.SessionPublisher, shard uint32, p gatewayPayload) (*events.SessionPublisher, error) {
+	if pub == nil || p.T == nil || p.S == nil || *p.S < 1 {
 		return sp, nil
 	}
 	if *p.T == "READY" {
@@ -537,7 +654,7 @@ func (s *simNode) publish(ctx context.Context, sp *events.SessionPublisher, shar
 			return nil, fmt.Errorf("READY: %w", err)
 		}
 		var err error
-		if sp, err = s.pub.Session(shard, ready.SessionID, 0); err != nil {
+		if sp, err = pub.Session(shard, ready.SessionID, 0); err != nil {
 			return nil, fmt.Errorf("READY: %w", err)
 		}
 	}

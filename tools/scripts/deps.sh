@@ -11,8 +11,9 @@ declare -A want=(
   [build]="nasm"
   [smoke]="qemu-system-x86 ovmf ipxe"
   # postgresql: the store suite on both backends; prometheus: the real server (and promtool) of
-  # fleet/metrics' scrape test; openssl: the s_server peer of appliance's TLS client test
-  [test]="nasm qemu-system-x86 qemu-utils ovmf ipxe busybox dnsmasq-base tftp-hpa curl iproute2 chromium kmod mount util-linux e2fsprogs postgresql prometheus openssl"
+  # fleet/metrics' scrape test; openssl: the s_server peer of appliance's TLS client test;
+  # nats-server: the three-process JetStream cluster of fleet/events
+  [test]="nasm qemu-system-x86 qemu-utils ovmf ipxe busybox dnsmasq-base tftp-hpa curl iproute2 chromium kmod mount util-linux e2fsprogs postgresql prometheus openssl nats-server"
   # linux-image-amd64: the Linux guest of BenchmarkKernelTCPDownload32MiB
   [bench]="tftpd-hpa hyperfine linux-image-amd64"
 )

@@ -11,7 +11,12 @@
 # crashed is cleaned up by the next run.
 #
 # Options (make variables or environment): NODES, SHARDS, MAX_CONCURRENCY,
-# FIRMWARE=bios|uefi|mixed, LISTEN, GATEWAY_LISTEN, SIMULATE=1.
+# FIRMWARE=bios|uefi|mixed, LISTEN, GATEWAY_LISTEN, SIMULATE=1, MESSAGE_RATE
+# (synthetic messages per second per shard, default 1) and PING_EVERY (every
+# N-th one is "!ping", default 5): with simulated nodes, bin/pingbot answers
+# the pings through the emulator's REST API and the table counts the replies.
+# NATS_AUTH=1 (the default) runs dpxe serve --nats-auth: nodes publish with
+# node credentials, pingbot reads with a worker's; NATS_AUTH=0 turns it off.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -21,14 +26,22 @@ MAX_CONCURRENCY=${MAX_CONCURRENCY:-1}
 FIRMWARE=${FIRMWARE:-mixed}
 LISTEN=${LISTEN:-127.0.0.1:8080}
 GATEWAY_LISTEN=${GATEWAY_LISTEN:-127.0.0.1:7878}
+MESSAGE_RATE=${MESSAGE_RATE:-1}
+PING_EVERY=${PING_EVERY:-5}
+NATS_AUTH=${NATS_AUTH:-1}
 
 mkdir -p bin var
 go build -o bin/dpxe ./cmd/dpxe
 go build -o bin/gateway-emulator ./tools/cmd/gateway-emulator
 go build -o bin/dpxe-lab ./tools/lab/cmd/dpxe-lab
+go build -o bin/pingbot ./examples/pingbot
 
 args=(-nodes "$NODES" -shards "$SHARDS" -max-concurrency "$MAX_CONCURRENCY" -firmware "$FIRMWARE"
-      -listen "$LISTEN" -gateway-listen "$GATEWAY_LISTEN")
+      -listen "$LISTEN" -gateway-listen "$GATEWAY_LISTEN"
+      -message-rate "$MESSAGE_RATE" -ping-every "$PING_EVERY" -pingbot bin/pingbot)
+if [ "$NATS_AUTH" = 1 ]; then
+  args+=(-nats-auth)
+fi
 if [ "${SIMULATE:-0}" = 1 ]; then
   args+=(-simulate)
 fi

@@ -48,12 +48,18 @@ type ServerConfig struct {
 	MaxPayload int32
 	// Log receives the server's notices and errors; nil discards them.
 	Log *slog.Logger
+	// Auth, if set, authenticates every client (user and password) and
+	// sets its permissions; nil accepts every client with every
+	// permission. In-process connections (Connect) always have every
+	// permission.
+	Auth Authorizer
 }
 
 // Server is a running embedded NATS server with JetStream. Its methods are
 // safe for concurrent use.
 type Server struct {
-	srv *server.Server
+	srv       *server.Server
+	adminPass string // with Auth: Connect's password
 }
 
 // Start starts an embedded NATS server with JetStream on a file
@@ -96,6 +102,11 @@ func Start(cfg ServerConfig) (*Server, error) {
 			opts.Port = server.RANDOM_PORT // 0 would mean 4222 to the server
 		}
 	}
+	var adminPass string
+	if cfg.Auth != nil {
+		adminPass = newAdminPassword()
+		opts.CustomClientAuthentication = &authAdapter{adminPass: adminPass, a: cfg.Auth}
+	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("embedded NATS: %w", err)
@@ -126,7 +137,7 @@ func Start(cfg ServerConfig) (*Server, error) {
 		srv.Shutdown()
 		return nil, fmt.Errorf("embedded NATS: JetStream did not start (store %s)", cfg.StoreDir)
 	}
-	return &Server{srv: srv}, nil
+	return &Server{srv: srv, adminPass: adminPass}, nil
 }
 
 // ClientURL is the nats:// URL of the TCP listener, or "" without one.
@@ -142,7 +153,11 @@ func (s *Server) Addr() net.Addr { return s.srv.Addr() }
 
 // Connect opens an in-process client connection (no TCP) with opts.
 func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
-	return nats.Connect("", append([]nats.Option{nats.InProcessServer(s.srv)}, opts...)...)
+	base := []nats.Option{nats.InProcessServer(s.srv)}
+	if s.adminPass != "" {
+		base = append(base, nats.UserInfo(adminUser, s.adminPass))
+	}
+	return nats.Connect("", append(base, opts...)...)
 }
 
 // Shutdown stops the server and waits until it has stopped; the file store

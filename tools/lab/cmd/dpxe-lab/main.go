@@ -7,6 +7,7 @@
 //
 //	dpxe-lab [-nodes 3] [-shards 16] [-max-concurrency 1] [-firmware mixed]
 //	         [-listen 127.0.0.1:8080] [-simulate] [-for DURATION]
+//	         [-message-rate N] [-ping-every N] [-pingbot bin/pingbot] [-nats-auth]
 //	dpxe-lab -clean     remove what a crashed lab left behind, then exit
 package main
 
@@ -41,6 +42,10 @@ func run() int {
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8080", "host address of the dashboard and API")
 	fs.StringVar(&cfg.GatewayListen, "gateway-listen", "127.0.0.1:7878", "host address of the Gateway emulator")
 	fs.BoolVar(&cfg.Simulate, "simulate", false, "simulated nodes over HTTP even where QEMU nodes could boot")
+	fs.Float64Var(&cfg.MessageRate, "message-rate", 0, "the emulator's synthetic MESSAGE_CREATEs per second per session (0: none)")
+	fs.IntVar(&cfg.PingEvery, "ping-every", 0, "every N-th synthetic guild message is a \"!ping\" (0: none)")
+	fs.BoolVar(&cfg.NATSAuth, "nats-auth", false, "dpxe serve --nats-auth: simulated nodes, pingbot and the CLI connect to NATS with credentials")
+	fs.StringVar(&cfg.Pingbot, "pingbot", "", "the examples/pingbot binary to run against the simulated fleet (\"\": none)")
 	runFor := fs.Duration("for", 0, "stop by itself after this long (0: until Ctrl-C)")
 	clean := fs.Bool("clean", false, "only remove what a crashed lab left behind")
 	if err := fs.Parse(os.Args[1:]); err != nil {
@@ -147,6 +152,9 @@ func serve(ctx context.Context, l *lab.Lab, started time.Time, runFor time.Durat
 	line("a new login link", "login-link")
 	fmt.Fprintf(&b, "\n  Here: type a + Enter to boot one more node, s + Enter for the table, Ctrl-C to stop and clean up.\n")
 	fmt.Fprintf(&b, "\n  Logs           %s (dpxe serve), %s (emulator)\n", rel(filepath.Join(cfg.Var, "serve.log")), rel(filepath.Join(cfg.Var, "gateway.log")))
+	if l.Pingbot {
+		fmt.Fprintf(&b, "  pingbot        %s (answers every \"!ping\"; the table counts its replies)\n", rel(filepath.Join(cfg.Var, "pingbot.log")))
+	}
 	if l.Mode == lab.ModeNetns {
 		fmt.Fprintf(&b, "  Consoles       %s (tail -f one to watch a node boot)\n", rel(filepath.Join(cfg.Var, "nodes", "NODE", "console.log")))
 	}

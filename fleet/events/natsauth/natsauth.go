@@ -1,0 +1,347 @@
+// Package natsauth keeps the credentials of the embedded NATS server
+// (docs/events.md, "Credentials"): one file beside the database with a
+// secret that node passwords are derived from and the hashes of the
+// workers' tokens (`dpxe workers add NAME`). Its Authorizer gives a node
+// the permissions of the shards it holds (events.NodePermissions) and a
+// worker those of a bot worker (events.WorkerPermissions).
+package natsauth
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/discord-pxe/dpxe/fleet/events"
+	"github.com/discord-pxe/dpxe/fleet/events/embedded"
+)
+
+// FileName is the credentials file's name beside the database.
+const FileName = "nats-auth.json"
+
+// User name prefixes: a node connects as node-<node ID>, a worker as
+// worker-<name>.
+const (
+	NodePrefix   = "node-"
+	WorkerPrefix = "worker-"
+)
+
+// Errors.
+var (
+	// ErrBadName means a worker name breaks the app-name rules.
+	ErrBadName = errors.New("worker name must be 1-32 bytes of a-z, 0-9, '-', '_', starting with a letter or digit")
+	// ErrExists means a worker of that name exists.
+	ErrExists = errors.New("worker exists")
+	// ErrBadFile means the credentials file is malformed.
+	ErrBadFile = errors.New("malformed NATS credentials file")
+)
+
+// fileData is the file's JSON.
+type fileData struct {
+	// NodeSecret (base64, 32 bytes) keys the node passwords.
+	NodeSecret string            `json:"node_secret"`
+	Workers    map[string]worker `json:"workers"`
+}
+
+type worker struct {
+	SHA256  string    `json:"sha256"` // hex SHA-256 of the token
+	Created time.Time `json:"created"`
+}
+
+// File is the credentials file. Safe for concurrent use; it rereads the
+// file when it changed on disk (a worker added by the CLI while `dpxe
+// serve` runs).
+type File struct {
+	path string
+
+	mu     sync.Mutex
+	mod    time.Time
+	size   int64
+	data   fileData
+	secret []byte
+}
+
+// Open reads the credentials file at path, creating it (mode 0600) with a
+// new node secret when it does not exist.
+func Open(path string) (*File, error) {
+	f := &File{path: path}
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		secret := make([]byte, 32)
+		if _, err := rand.Read(secret); err != nil {
+			return nil, err
+		}
+		f.data = fileData{NodeSecret: base64.StdEncoding.EncodeToString(secret), Workers: map[string]worker{}}
+		if err := f.writeLocked(); err != nil {
+			return nil, err
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.reloadLocked(); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// reloadLocked rereads the file if its time or size changed.
+func (f *File) reloadLocked() error {
+	st, err := os.Stat(f.path)
+	if err != nil {
+		return err
+	}
+	if f.secret != nil && st.ModTime().Equal(f.mod) && st.Size() == f.size {
+		return nil
+	}
+	b, err := os.ReadFile(f.path)
+	if err != nil {
+		return err
+	}
+	var d fileData
+	if err := json.Unmarshal(b, &d); err != nil {
+		return fmt.Errorf("%s: %w: %v", f.path, ErrBadFile, err)
+	}
+	secret, err := base64.StdEncoding.DecodeString(d.NodeSecret)
+	if err != nil || len(secret) < 32 {
+		return fmt.Errorf("%s: node_secret: %w: want 32 bytes of base64", f.path, ErrBadFile)
+	}
+	for name, w := range d.Workers {
+		if events.ValidateApp(name) != nil {
+			return fmt.Errorf("%s: workers: %q: %w", f.path, name, ErrBadName)
+		}
+		if h, err := hex.DecodeString(w.SHA256); err != nil || len(h) != sha256.Size {
+			return fmt.Errorf("%s: workers: %q: sha256: %w", f.path, name, ErrBadFile)
+		}
+	}
+	if d.Workers == nil {
+		d.Workers = map[string]worker{}
+	}
+	f.data, f.secret, f.mod, f.size = d, secret, st.ModTime(), st.Size()
+	return nil
+}
+
+// writeLocked replaces the file (0600) with f.data.
+func (f *File) writeLocked() error {
+	b, err := json.MarshalIndent(f.data, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(f.path), ".nats-auth-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return err
+	}
+	if _, err := tmp.Write(append(b, '\n')); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), f.path)
+}
+
+// AddWorker creates worker name and returns its token, which is shown
+// once: the file keeps only its hash.
+func (f *File) AddWorker(name string) (string, error) {
+	if events.ValidateApp(name) != nil {
+		return "", fmt.Errorf("worker %q: %w", name, ErrBadName)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.reloadLocked(); err != nil {
+		return "", err
+	}
+	if _, ok := f.data.Workers[name]; ok {
+		return "", fmt.Errorf("worker %q: %w", name, ErrExists)
+	}
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	token := base64.RawURLEncoding.EncodeToString(b)
+	sum := sha256.Sum256([]byte(token))
+	f.data.Workers[name] = worker{SHA256: hex.EncodeToString(sum[:]), Created: time.Now().UTC()}
+	if err := f.writeLocked(); err != nil {
+		delete(f.data.Workers, name)
+		return "", err
+	}
+	f.secret = nil // reread (and restat) on next use
+	return token, f.reloadLocked()
+}
+
+// Workers lists the workers' names.
+func (f *File) Workers() ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.reloadLocked(); err != nil {
+		return nil, err
+	}
+	var out []string
+	for n := range f.data.Workers {
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// NodePassword is node nodeID's NATS password: HMAC-SHA256 of its ID under
+// the node secret. The controller can hand it out with the check-in
+// answer without storing it; rotating the secret revokes every node's.
+func (f *File) NodePassword(nodeID string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return nodePassword(f.secret, nodeID)
+}
+
+func nodePassword(secret []byte, nodeID string) string {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte("dpxe-nats-node\x00" + nodeID))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// ShardsOf returns the shards node holds now, and false for a node that
+// may not connect (unknown, deleted, lease lapsed).
+type ShardsOf func(nodeID string) ([]uint32, bool)
+
+// Authorizer authenticates nodes (node-<ID> with NodePassword, given the
+// shards shardsOf says it holds) and workers (worker-<name> with its
+// token) for app. It is an embedded.Authorizer.
+func (f *File) Authorizer(app string, shardsOf ShardsOf) (*Authorizer, error) {
+	if err := events.ValidateApp(app); err != nil {
+		return nil, err
+	}
+	return &Authorizer{f: f, app: app, shardsOf: shardsOf, granted: map[string]grant{}}, nil
+}
+
+// Authorizer is File.Authorizer's result. Safe for concurrent use.
+type Authorizer struct {
+	f        *File
+	app      string
+	shardsOf ShardsOf
+
+	mu sync.Mutex
+	// granted is, per node connection (its remote address), the user and
+	// the shards it was let in with.
+	granted map[string]grant
+}
+
+type grant struct {
+	user, shards string
+	at           time.Time
+}
+
+// shardsKey is a comparable form of a shard list.
+func shardsKey(shards []uint32) string { return fmt.Sprint(shards) }
+
+// Stale reports whether the connection of user from remote no longer has
+// the permissions it would get now: a node whose lease lapsed, that was
+// deleted, or whose shards changed since it connected, a worker that was
+// removed from the file. Other users are never stale.
+func (a *Authorizer) Stale(user, remote string) bool {
+	switch {
+	case strings.HasPrefix(user, NodePrefix):
+		shards, ok := a.shardsOf(strings.TrimPrefix(user, NodePrefix))
+		a.mu.Lock()
+		g, seen := a.granted[remote]
+		a.mu.Unlock()
+		return !ok || !seen || g.user != user || g.shards != shardsKey(shards)
+	case strings.HasPrefix(user, WorkerPrefix):
+		a.f.mu.Lock()
+		defer a.f.mu.Unlock()
+		if err := a.f.reloadLocked(); err != nil {
+			return false // keep what works while the file is being rewritten
+		}
+		_, ok := a.f.data.Workers[strings.TrimPrefix(user, WorkerPrefix)]
+		return !ok
+	}
+	return false
+}
+
+// Sweep disconnects every connection of srv whose user is Stale, so a
+// node that lost shards or its lease loses its permissions at once (a
+// client that reconnects is authenticated again). It returns the users
+// it disconnected.
+func (a *Authorizer) Sweep(srv *embedded.Server) ([]string, error) {
+	conns, err := srv.Users()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	live := map[string]bool{}
+	for id, c := range conns {
+		live[c.Remote] = true
+		if a.Stale(c.User, c.Remote) {
+			if err := srv.Disconnect(id); err == nil {
+				out = append(out, c.User)
+			}
+		}
+	}
+	a.mu.Lock()
+	for remote := range a.granted {
+		if g := a.granted[remote]; !live[remote] && time.Since(g.at) > time.Minute {
+			delete(a.granted, remote) // closed (not just being opened)
+		}
+	}
+	a.mu.Unlock()
+	return out, nil
+}
+
+// Authorize implements embedded.Authorizer.
+func (a *Authorizer) Authorize(user, password, remote string) (embedded.Permissions, bool) {
+	switch {
+	case strings.HasPrefix(user, NodePrefix):
+		id := strings.TrimPrefix(user, NodePrefix)
+		if id == "" || a.shardsOf == nil {
+			return embedded.Permissions{}, false
+		}
+		want := a.f.NodePassword(id)
+		if subtle.ConstantTimeCompare([]byte(password), []byte(want)) != 1 {
+			return embedded.Permissions{}, false
+		}
+		shards, ok := a.shardsOf(id)
+		if !ok {
+			return embedded.Permissions{}, false
+		}
+		p, err := events.NodePermissions(a.app, shards)
+		if err != nil {
+			return embedded.Permissions{}, false
+		}
+		a.mu.Lock()
+		a.granted[remote] = grant{user: user, shards: shardsKey(shards), at: time.Now()}
+		a.mu.Unlock()
+		return embedded.Permissions(p), true
+	case strings.HasPrefix(user, WorkerPrefix):
+		name := strings.TrimPrefix(user, WorkerPrefix)
+		a.f.mu.Lock()
+		err := a.f.reloadLocked()
+		w, ok := a.f.data.Workers[name]
+		a.f.mu.Unlock()
+		if err != nil || !ok {
+			return embedded.Permissions{}, false
+		}
+		sum := sha256.Sum256([]byte(password))
+		if subtle.ConstantTimeCompare([]byte(hex.EncodeToString(sum[:])), []byte(w.SHA256)) != 1 {
+			return embedded.Permissions{}, false
+		}
+		p, err := events.WorkerPermissions(a.app)
+		return embedded.Permissions(p), err == nil
+	}
+	return embedded.Permissions{}, false
+}
