@@ -279,7 +279,7 @@ func TestKernelGatewayHostNames(t *testing.T) {
 	resumed(0, r0, "shard 0 resumed through the Gateway URL after a DNS failure")
 	for _, re := range []string{
 		`dns: gateway-us-east1-b\.discord\.gg: DNS: server failure \(SERVFAIL\) \(failure 1\); asked again after 1000 ms`,
-		`shard 0: DNS: server failure \(SERVFAIL\): phase 8 tcp -1 `,
+		`shard 0: DNS: server failure \(SERVFAIL\): phase 8 tcp \d+ close`,
 		`shard 0: resume URL failed; the next Resume goes to the Gateway URL`,
 	} {
 		if n.serial.waitFor(regexp.MustCompile(re), 5*time.Second) == nil {
