@@ -94,8 +94,8 @@ var bootKeys = []bootKey{
 		c.NodeID = v
 		return nil
 	}},
-	{"controller", "controller base URL, http://host[:port][/path]", func(c *BootConfig, v string) error {
-		if err := validateControllerURL(v); err != nil {
+	{"controller", "controller base URL, http://host[:port][/path]; up to 4 replicas separated by ','", func(c *BootConfig, v string) error {
+		if err := validateControllerList(v); err != nil {
 			return err
 		}
 		c.Controller = v
@@ -305,6 +305,54 @@ func ValidateCredential(s string) error {
 		}
 	}
 	return nil
+}
+
+// MaxControllers is how many controller replicas controller= may list.
+const MaxControllers = 4
+
+// validateControllerList accepts 1..MaxControllers controller URLs
+// separated by ',' (replicas the node tries in turn), at most 200 bytes
+// in all, each one validateControllerURL's.
+func validateControllerList(v string) error {
+	if len(v) > 200 {
+		return fmt.Errorf("controller URL longer than 200 bytes")
+	}
+	urls := strings.Split(v, ",")
+	if len(urls) > MaxControllers {
+		return fmt.Errorf("controller lists %d URLs, at most %d", len(urls), MaxControllers)
+	}
+	for _, u := range urls {
+		if err := validateControllerURL(u); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ControllerSwitchDefaultMS is how long a node waits for its controller
+// before trying the next replica when no answer has given it a lease yet.
+const ControllerSwitchDefaultMS = 10000
+
+// ControllerSwitchDue is the kernel's ctl_switch_due: after a failed
+// check-in, a node with several controllers moves to the next one when the
+// one in use has not answered for a third of the lease (of its last
+// answer; ControllerSwitchDefaultMS before any), counted from its last
+// answer or from when the node switched to it. A third of the lease leaves
+// the node two more thirds to reach a replica before the lease lapses.
+func ControllerSwitchDue(sinceMS, leaseMS uint32) bool {
+	limit := leaseMS / 3
+	if leaseMS == 0 {
+		limit = ControllerSwitchDefaultMS
+	}
+	return sinceMS >= limit
+}
+
+// ControllerURLs is the controller= value split into its replicas.
+func (c BootConfig) ControllerURLs() []string {
+	if c.Controller == "" {
+		return nil
+	}
+	return strings.Split(c.Controller, ",")
 }
 
 // validateControllerURL accepts http://HOST[:PORT][/PATH] with at most 200

@@ -278,3 +278,37 @@ func TestDNSDigestsStable(t *testing.T) {
 		t.Error("digests are not deterministic")
 	}
 }
+
+// TestControllerList checks controller= with replicas and the rule that
+// moves a node to the next one.
+func TestControllerList(t *testing.T) {
+	for v, ok := range map[string]bool{
+		"http://a":                                      true,
+		"http://a,http://b:8080/x":                      true,
+		"http://a,http://b,http://c,http://d":           true,
+		"http://a,http://b,http://c,http://d,http://e":  false,
+		"http://a,":                                     false,
+		",http://a":                                     false,
+		"http://a,,http://b":                            false,
+		"http://a,https://b":                            false,
+		"http://a,http://b:0":                           false,
+		"http://a:1,http://" + strings.Repeat("a", 182): true,
+		"http://a:1,http://" + strings.Repeat("a", 183): false,
+	} {
+		if err := validateControllerList(v); (err == nil) != ok {
+			t.Errorf("controller=%q: %v, want ok %v", v, err, ok)
+		}
+	}
+	c, err := ParseBootConfig([]byte("node=n controller=http://10.0.0.9:8080,http://controller.test:8080/x"))
+	if err != nil || len(c.ControllerURLs()) != 2 || c.ControllerURLs()[1] != "http://controller.test:8080/x" {
+		t.Errorf("ControllerURLs: %q, %v", c.ControllerURLs(), err)
+	}
+	for _, c := range []struct {
+		since, lease uint32
+		want         bool
+	}{{9999, 0, false}, {10000, 0, true}, {4999, 15000, false}, {5000, 15000, true}, {0, 1, true}, {0, 2, true}, {0, 3, false}, {1, 3, true}, {4294967295, 4294967295, true}} {
+		if got := ControllerSwitchDue(c.since, c.lease); got != c.want {
+			t.Errorf("ControllerSwitchDue(%d, %d) = %v, want %v", c.since, c.lease, got, c.want)
+		}
+	}
+}

@@ -133,7 +133,9 @@ func (d *labDNS) lookups(name string) (int, time.Time) {
 // TestKernelGatewayHostNames runs the Gateway by Discord's host names, one
 // boot for every case: a node gets its address and DNS server from DHCP
 // (dnsmasq, DHCP only) and looks up every name through a DNS server in the
-// namespace: the controller (controller=http://controller.test:8080), the
+// namespace: the controller (controller= lists a replica with no host
+// behind it, then http://controller.test:8080: the node moves on after
+// 10 s of silence), the
 // Gateway URL the controller hands out (ws://gateway.discord.gg:7878, the
 // emulator's public host) and READY's resume_gateway_url
 // (ws://gateway-us-east1-b.discord.gg:7878). Two shards share one lookup
@@ -179,7 +181,10 @@ func TestKernelGatewayHostNames(t *testing.T) {
 		}
 	}()
 	l.dhcp = true
-	l.nodeController = "http://" + ctlHost + ":8080"
+	// Two controller replicas: the first has no host behind it, so the
+	// node moves to the second, by name, once the first has been silent
+	// for ControllerSwitchDefaultMS (no lease yet).
+	l.nodeController = "http://" + subnet + ".9:8080,http://" + ctlHost + ":8080"
 	n := l.boot("gw-dns", "e1000", 2)
 
 	// 1. READY through names: the controller, then the Gateway host,
@@ -190,6 +195,7 @@ func TestKernelGatewayHostNames(t *testing.T) {
 	})
 	t.Logf("both shards READY %v after the start", time.Since(started).Round(time.Millisecond))
 	for _, re := range []string{
+		`checkin: controller http://10\.96\.0\.9:8080 silent for \d+ ms \(a third of the lease\): trying http://controller\.test:8080`,
 		`dns: controller\.test -> 10\.96\.0\.1 ttl 5s in \d+ ms`,
 		`dns: gateway\.discord\.gg -> 10\.96\.0\.1 ttl 5s in \d+ ms`,
 		`shard 0: STARTING: connecting to ws://gateway\.discord\.gg:7878/\?v=10&encoding=json \(10\.96\.0\.1\)`,
