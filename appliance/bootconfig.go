@@ -347,6 +347,14 @@ func ControllerSwitchDue(sinceMS, leaseMS uint32) bool {
 	return sinceMS >= limit
 }
 
+// CheckinTermAccepted is the kernel's ctl_check_term: a check-in answer
+// whose term is older than the newest term the node already applied comes
+// from a deposed controller replica and is refused (a failed check-in);
+// an answer without a term is taken (a controller without replicas).
+func CheckinTermAccepted(term, applied uint64, hasTerm bool) bool {
+	return !hasTerm || term >= applied
+}
+
 // ControllerURLs is the controller= value split into its replicas.
 func (c BootConfig) ControllerURLs() []string {
 	if c.Controller == "" {

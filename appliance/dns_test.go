@@ -311,4 +311,12 @@ func TestControllerList(t *testing.T) {
 			t.Errorf("ControllerSwitchDue(%d, %d) = %v, want %v", c.since, c.lease, got, c.want)
 		}
 	}
+	for _, c := range []struct {
+		term, applied uint64
+		has, want     bool
+	}{{0, 0, false, true}, {0, 9, false, true}, {7, 0, true, true}, {7, 7, true, true}, {8, 7, true, true}, {3, 7, true, false}, {0, 1, true, false}} {
+		if got := CheckinTermAccepted(c.term, c.applied, c.has); got != c.want {
+			t.Errorf("CheckinTermAccepted(%d, %d, %v) = %v, want %v", c.term, c.applied, c.has, got, c.want)
+		}
+	}
 }

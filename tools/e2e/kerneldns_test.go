@@ -3,11 +3,18 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -130,6 +137,55 @@ func (d *labDNS) lookups(name string) (int, time.Time) {
 	return n, last
 }
 
+// startTermProxy puts a reverse proxy on addr in the namespace in front of
+// the lab's controller that adds "term": term to every check-in answer, as
+// a replicated controller does.
+func startTermProxy(t *testing.T, l *gwLab, addr string, term *atomic.Uint64) {
+	t.Helper()
+	target, err := url.Parse(l.server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.Transport = &http.Transport{
+		DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, network, address string) (net.Conn, error) {
+			var c net.Conn
+			err := inNetns(l.ns.Name, func() (err error) {
+				c, err = (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, network, address)
+				return err
+			})
+			return c, err
+		},
+	}
+	rp.ModifyResponse = func(resp *http.Response) error {
+		if !strings.HasSuffix(resp.Request.URL.Path, "/v1/checkin") || resp.StatusCode != http.StatusOK {
+			return nil
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		var doc map[string]json.RawMessage
+		if json.Unmarshal(body, &doc) == nil {
+			doc["term"] = json.RawMessage(strconv.FormatUint(term.Load(), 10))
+			body, _ = json.Marshal(doc)
+		}
+		resp.Body = io.NopCloser(bytes.NewReader(body))
+		resp.ContentLength = int64(len(body))
+		resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
+		return nil
+	}
+	ln, err := listenInNetns(l.ns.Name, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: rp}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+}
+
 // TestKernelGatewayHostNames runs the Gateway by Discord's host names, one
 // boot for every case: a node gets its address and DNS server from DHCP
 // (dnsmasq, DHCP only) and looks up every name through a DNS server in the
@@ -184,7 +240,11 @@ func TestKernelGatewayHostNames(t *testing.T) {
 	// Two controller replicas: the first has no host behind it, so the
 	// node moves to the second, by name, once the first has been silent
 	// for ControllerSwitchDefaultMS (no lease yet).
-	l.nodeController = "http://" + subnet + ".9:8080,http://" + ctlHost + ":8080"
+	l.nodeController = "http://" + subnet + ".9:8080,http://" + ctlHost + ":8081"
+	// The live replica answers through a proxy that adds a term (7).
+	var term atomic.Uint64
+	term.Store(7)
+	startTermProxy(t, l, subnet+".1:8081", &term)
 	n := l.boot("gw-dns", "e1000", 2)
 
 	// 1. READY through names: the controller, then the Gateway host,
@@ -195,7 +255,7 @@ func TestKernelGatewayHostNames(t *testing.T) {
 	})
 	t.Logf("both shards READY %v after the start", time.Since(started).Round(time.Millisecond))
 	for _, re := range []string{
-		`checkin: controller http://10\.96\.0\.9:8080 silent for \d+ ms \(a third of the lease\): trying http://controller\.test:8080`,
+		`checkin: controller http://10\.96\.0\.9:8080 silent for \d+ ms \(a third of the lease\): trying http://controller\.test:8081`,
 		`dns: controller\.test -> 10\.96\.0\.1 ttl 5s in \d+ ms`,
 		`dns: gateway\.discord\.gg -> 10\.96\.0\.1 ttl 5s in \d+ ms`,
 		`shard 0: STARTING: connecting to ws://gateway\.discord\.gg:7878/\?v=10&encoding=json \(10\.96\.0\.1\)`,
@@ -350,4 +410,20 @@ func TestKernelGatewayHostNames(t *testing.T) {
 		t.Errorf("%d fallbacks on the console, %d resume_wrong_url at the emulator, want 3 and 3", fallbacks, wrongURL)
 	}
 	t.Logf("host names, 503 and DNS failure cases done in %v", time.Since(started).Round(time.Millisecond))
+
+	// 5. An answer from an older term (a deposed replica) is refused as a
+	// failed check-in; the next one, from term 7 again, is applied.
+	term.Store(3)
+	if n.serial.waitFor(regexp.MustCompile(`checkin: the controller's answer is not a plan we can apply: its term is older than one this node already applied`), 20*time.Second) == nil {
+		t.Fatal("an answer of term 3 after term 7 was not refused")
+	}
+	mark := len(n.serial.String())
+	term.Store(7)
+	deadline = time.Now().Add(30 * time.Second)
+	for !strings.Contains(n.serial.String()[mark:], "checkin: controller reachable") {
+		if time.Now().After(deadline) {
+			t.Fatal("no check-in applied after the term went back to 7")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
