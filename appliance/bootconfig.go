@@ -3,6 +3,7 @@ package appliance
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -353,6 +354,22 @@ func ControllerSwitchDue(sinceMS, leaseMS uint32) bool {
 // an answer without a term is taken (a controller without replicas).
 func CheckinTermAccepted(term, applied uint64, hasTerm bool) bool {
 	return !hasTerm || term >= applied
+}
+
+// TakeControllers is the kernel's ctl_take_controllers: the replica list
+// a check-in answer names ("controllers") replaces the node's when, joined
+// with ',', it passes controller='s rules; the replica in use (current)
+// stays in use when it is on the new list, else the node moves to the
+// list's first. It returns the node's list and the index in use, and
+// false when it keeps its own list (no list, an empty one, one that breaks
+// the rules, or the same list).
+func TakeControllers(nodeList string, current string, controllers []string) (string, int, bool) {
+	joined := strings.Join(controllers, ",")
+	if len(controllers) == 0 || joined == nodeList || validateControllerList(joined) != nil {
+		return nodeList, slices.Index(strings.Split(nodeList, ","), current), false
+	}
+	i := slices.Index(controllers, current)
+	return joined, max(i, 0), true
 }
 
 // ControllerURLs is the controller= value split into its replicas.

@@ -320,3 +320,30 @@ func TestControllerList(t *testing.T) {
 		}
 	}
 }
+
+// TestTakeControllers checks how an answer's replica list replaces the
+// node's.
+func TestTakeControllers(t *testing.T) {
+	const ours = "http://10.0.0.9:8080,http://controller.test:8081"
+	for _, c := range []struct {
+		current string
+		list    []string
+		want    string
+		index   int
+		took    bool
+	}{
+		{"http://controller.test:8081", nil, ours, 1, false},
+		{"http://controller.test:8081", []string{}, ours, 1, false},
+		{"http://controller.test:8081", []string{"http://10.0.0.9:8080", "http://controller.test:8081"}, ours, 1, false},
+		{"http://controller.test:8081", []string{"http://10.96.0.1:8081"}, "http://10.96.0.1:8081", 0, true},
+		{"http://controller.test:8081", []string{"http://a", "http://controller.test:8081"}, "http://a,http://controller.test:8081", 1, true},
+		{"http://controller.test:8081", []string{"https://a"}, ours, 1, false},
+		{"http://controller.test:8081", []string{"http://a", "http://b", "http://c", "http://d", "http://e"}, ours, 1, false},
+		{"http://controller.test:8081", []string{"http://a,http://b"}, "http://a,http://b", 0, true},
+	} {
+		got, i, took := TakeControllers(ours, c.current, c.list)
+		if got != c.want || i != c.index || took != c.took {
+			t.Errorf("TakeControllers(%q) = %q, %d, %v; want %q, %d, %v", c.list, got, i, took, c.want, c.index, c.took)
+		}
+	}
+}

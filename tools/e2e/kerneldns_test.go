@@ -137,16 +137,37 @@ func (d *labDNS) lookups(name string) (int, time.Time) {
 	return n, last
 }
 
+// termProxy is what startTermProxy adds to check-in answers, and the Host
+// headers of the check-ins it passed on.
+type termProxy struct {
+	term        atomic.Uint64
+	controllers atomic.Pointer[[]string] // nil: no "controllers"
+	mu          sync.Mutex
+	hosts       []string
+}
+
+func (p *termProxy) checkinHosts() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.hosts...)
+}
+
 // startTermProxy puts a reverse proxy on addr in the namespace in front of
-// the lab's controller that adds "term": term to every check-in answer, as
-// a replicated controller does.
-func startTermProxy(t *testing.T, l *gwLab, addr string, term *atomic.Uint64) {
+// the lab's controller that adds "term" (and, when set, "controllers") to
+// every check-in answer, as a replicated controller does.
+func startTermProxy(t *testing.T, l *gwLab, addr string, p *termProxy) {
 	t.Helper()
 	target, err := url.Parse(l.server)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rp := httputil.NewSingleHostReverseProxy(target)
+	director := rp.Director
+	rp.Director = func(r *http.Request) {
+		host := r.Host // the node's Host header, before the proxy rewrites it
+		director(r)
+		r.Header.Set("X-Node-Host", host)
+	}
 	rp.Transport = &http.Transport{
 		DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, network, address string) (net.Conn, error) {
@@ -167,9 +188,15 @@ func startTermProxy(t *testing.T, l *gwLab, addr string, term *atomic.Uint64) {
 		if err != nil {
 			return err
 		}
+		p.mu.Lock()
+		p.hosts = append(p.hosts, resp.Request.Header.Get("X-Node-Host"))
+		p.mu.Unlock()
 		var doc map[string]json.RawMessage
 		if json.Unmarshal(body, &doc) == nil {
-			doc["term"] = json.RawMessage(strconv.FormatUint(term.Load(), 10))
+			doc["term"] = json.RawMessage(strconv.FormatUint(p.term.Load(), 10))
+			if c := p.controllers.Load(); c != nil {
+				doc["controllers"], _ = json.Marshal(*c)
+			}
 			body, _ = json.Marshal(doc)
 		}
 		resp.Body = io.NopCloser(bytes.NewReader(body))
@@ -242,9 +269,9 @@ func TestKernelGatewayHostNames(t *testing.T) {
 	// for ControllerSwitchDefaultMS (no lease yet).
 	l.nodeController = "http://" + subnet + ".9:8080,http://" + ctlHost + ":8081"
 	// The live replica answers through a proxy that adds a term (7).
-	var term atomic.Uint64
-	term.Store(7)
-	startTermProxy(t, l, subnet+".1:8081", &term)
+	proxy := &termProxy{}
+	proxy.term.Store(7)
+	startTermProxy(t, l, subnet+".1:8081", proxy)
 	n := l.boot("gw-dns", "e1000", 2)
 
 	// 1. READY through names: the controller, then the Gateway host,
@@ -413,16 +440,36 @@ func TestKernelGatewayHostNames(t *testing.T) {
 
 	// 5. An answer from an older term (a deposed replica) is refused as a
 	// failed check-in; the next one, from term 7 again, is applied.
-	term.Store(3)
+	proxy.term.Store(3)
 	if n.serial.waitFor(regexp.MustCompile(`checkin: the controller's answer is not a plan we can apply: its term is older than one this node already applied`), 20*time.Second) == nil {
 		t.Fatal("an answer of term 3 after term 7 was not refused")
 	}
 	mark := len(n.serial.String())
-	term.Store(7)
+	proxy.term.Store(7)
 	deadline = time.Now().Add(30 * time.Second)
 	for !strings.Contains(n.serial.String()[mark:], "checkin: controller reachable") {
 		if time.Now().After(deadline) {
 			t.Fatal("no check-in applied after the term went back to 7")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	// 6. The controller names its replicas ("controllers"): a list without
+	// the one in use moves the node to the list's first, here the same
+	// proxy by address, and the check-ins go there.
+	list := []string{"http://" + subnet + ".1:8081"}
+	proxy.controllers.Store(&list)
+	if n.serial.waitFor(regexp.MustCompile(`checkin: replicas from the controller: http://10\.96\.0\.1:8081; now using http://10\.96\.0\.1:8081`), 20*time.Second) == nil {
+		t.Fatal("the node did not take the controller's replica list")
+	}
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		h := proxy.checkinHosts()
+		if len(h) > 0 && h[len(h)-1] == subnet+".1:8081" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no check-in to %s.1:8081 by address after the list changed: Host headers %q", subnet, h)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
