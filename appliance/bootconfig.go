@@ -3,6 +3,7 @@ package appliance
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -95,8 +96,8 @@ var bootKeys = []bootKey{
 		c.NodeID = v
 		return nil
 	}},
-	{"controller", "controller base URL, http://host[:port][/path]", func(c *BootConfig, v string) error {
-		if err := validateControllerURL(v); err != nil {
+	{"controller", "controller base URL, http://host[:port][/path]; up to 4 replicas separated by ','", func(c *BootConfig, v string) error {
+		if err := validateControllerList(v); err != nil {
 			return err
 		}
 		c.Controller = v
@@ -311,6 +312,78 @@ func ValidateCredential(s string) error {
 		}
 	}
 	return nil
+}
+
+// MaxControllers is how many controller replicas controller= may list.
+const MaxControllers = 4
+
+// validateControllerList accepts 1..MaxControllers controller URLs
+// separated by ',' (replicas the node tries in turn), at most 200 bytes
+// in all, each one validateControllerURL's.
+func validateControllerList(v string) error {
+	if len(v) > 200 {
+		return fmt.Errorf("controller URL longer than 200 bytes")
+	}
+	urls := strings.Split(v, ",")
+	if len(urls) > MaxControllers {
+		return fmt.Errorf("controller lists %d URLs, at most %d", len(urls), MaxControllers)
+	}
+	for _, u := range urls {
+		if err := validateControllerURL(u); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ControllerSwitchDefaultMS is how long a node waits for its controller
+// before trying the next replica when no answer has given it a lease yet.
+const ControllerSwitchDefaultMS = 10000
+
+// ControllerSwitchDue is the kernel's ctl_switch_due: after a failed
+// check-in, a node with several controllers moves to the next one when the
+// one in use has not answered for a third of the lease (of its last
+// answer; ControllerSwitchDefaultMS before any), counted from its last
+// answer or from when the node switched to it. A third of the lease leaves
+// the node two more thirds to reach a replica before the lease lapses.
+func ControllerSwitchDue(sinceMS, leaseMS uint32) bool {
+	limit := leaseMS / 3
+	if leaseMS == 0 {
+		limit = ControllerSwitchDefaultMS
+	}
+	return sinceMS >= limit
+}
+
+// CheckinTermAccepted is the kernel's ctl_check_term: a check-in answer
+// whose term is older than the newest term the node already applied comes
+// from a deposed controller replica and is refused (a failed check-in);
+// an answer without a term is taken (a controller without replicas).
+func CheckinTermAccepted(term, applied uint64, hasTerm bool) bool {
+	return !hasTerm || term >= applied
+}
+
+// TakeControllers is the kernel's ctl_take_controllers: the replica list
+// a check-in answer names ("controllers") replaces the node's when, joined
+// with ',', it passes controller='s rules; the replica in use (current)
+// stays in use when it is on the new list, else the node moves to the
+// list's first. It returns the node's list and the index in use, and
+// false when it keeps its own list (no list, an empty one, one that breaks
+// the rules, or the same list).
+func TakeControllers(nodeList string, current string, controllers []string) (string, int, bool) {
+	joined := strings.Join(controllers, ",")
+	if len(controllers) == 0 || joined == nodeList || validateControllerList(joined) != nil {
+		return nodeList, slices.Index(strings.Split(nodeList, ","), current), false
+	}
+	i := slices.Index(controllers, current)
+	return joined, max(i, 0), true
+}
+
+// ControllerURLs is the controller= value split into its replicas.
+func (c BootConfig) ControllerURLs() []string {
+	if c.Controller == "" {
+		return nil
+	}
+	return strings.Split(c.Controller, ",")
 }
 
 // validateControllerURL accepts http://HOST[:PORT][/PATH] with at most 200

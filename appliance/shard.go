@@ -213,7 +213,7 @@ func (r *ShardRuntime) ExpireLease() {
 const SelfTestCases = 4096
 
 // SelfTestFormulas names the digests in the order the kernel prints them.
-var SelfTestFormulas = []string{"bucket", "heartbeat", "ack", "ready", "backoff", "resume", "lease", "route", "grant", "capacity", "ping", "budget", "tsccal"}
+var SelfTestFormulas = []string{"bucket", "heartbeat", "ack", "ready", "backoff", "resume", "lease", "route", "grant", "capacity", "ping", "budget", "tsccal", "ctlswitch"}
 
 // splitmix64 is the PRNG both sides implement (Steele, Lea, Flood 2014).
 type splitmix64 struct{ state uint64 }
@@ -425,6 +425,18 @@ func SelfTestDigests(seed uint32) map[string]uint64 {
 		d.add(b2u(ok))
 		d.add(perMS)
 		d.add(Median3(r1, r2, r3))
+	})
+	run("ctlswitch", func(d *digest) {
+		r := rng.next()
+		since := uint32(r) >> ((r >> 32) & 31)
+		lease := uint32(r>>37) >> ((r >> 59) & 15)
+		if (r>>36)&1 != 0 { // near the boundary
+			since = lease/3 - 1 + uint32(r>>33)&3
+		}
+		if (r>>35)&1 != 0 {
+			lease = 0
+		}
+		d.add(b2u(ControllerSwitchDue(since, lease)))
 	})
 	return out
 }

@@ -87,6 +87,7 @@ text_start:
 %include "shard/route.inc"
 %include "selftest/selftest.inc"
 %include "selftest/net_selftest.inc"
+%include "selftest/dns_selftest.inc"	; host names: "dns" and "gwurl" digests
 %include "net/tcp_selftest.inc"
 %include "lib/sha1.inc"		; SHA-1 (WebSocket accept key)
 %include "lib/base64.inc"

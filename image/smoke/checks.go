@@ -42,7 +42,7 @@ const (
 // reference is the Go side of the differential self-tests: every digest
 // the kernel prints with selftest=1 for a seed, computed by the functions
 // the end-to-end tests compare with (appliance.SelfTestDigests and the
-// checksum, DHCP option, TCP segment and lib digests).
+// checksum, DHCP option, DNS, dial URL, TCP segment and lib digests).
 type reference struct {
 	seed    uint32
 	names   []string // in the order they are reported
@@ -61,6 +61,8 @@ func newReference(seed uint32) *reference {
 	}
 	add("cksum", appliance.ChecksumDigest(seed))
 	add("dhcpopt", appliance.DHCPOptionsDigest(seed))
+	add("dns", appliance.DNSDigest(seed))
+	add("gwurl", appliance.DialURLDigest(seed))
 	add("tcpseg", appliance.TCPSegmentDigest(seed))
 	lib := appliance.LibDigests(seed)
 	for _, n := range appliance.LibDigestNames {

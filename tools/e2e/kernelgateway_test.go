@@ -52,10 +52,13 @@ type gwLab struct {
 	lostWhy  string
 
 	// nodeController, when set, is the controller URL the nodes boot with
-	// instead of server (a proxy in front of it).
+	// instead of server (a proxy in front of it, or a host name).
 	nodeController string
 	// nodeConfig, when set, adjusts the boot config of the i-th node booted.
 	nodeConfig func(i int, c *appliance.BootConfig)
+	// dhcp, when set, boots nodes without ip=: their address and DNS
+	// server come from a DHCP server the test runs on the bridge.
+	dhcp bool
 }
 
 type gwNode struct {
@@ -185,6 +188,9 @@ func (l *gwLab) boot(id, nic string, capacity uint32) *gwNode {
 	}
 	cfg := appliance.BootConfig{NodeID: id, Controller: controller, Credential: m[1],
 		Capacity: capacity, HasCapacity: capacity != 0, StaticIP: fmt.Sprintf("%s.%d/24,%s.1", l.subnet, 30+i, l.subnet)}
+	if l.dhcp {
+		cfg.StaticIP = ""
+	}
 	if l.nodeConfig != nil {
 		l.nodeConfig(i, &cfg)
 	}

@@ -22,9 +22,9 @@ import (
 )
 
 // TestKernelNetSelfTest boots the kernel with selftest=1 and a module of
-// ip= boot-config cases: the network self-tests must pass, the "cksum" and
-// "dhcpopt" digests must equal appliance.ChecksumDigest and
-// appliance.DHCPOptionsDigest, and every ip= verdict must equal
+// ip= boot-config cases: the network self-tests must pass, the "cksum",
+// "dhcpopt", "dns" and "gwurl" digests must equal appliance.ChecksumDigest,
+// DHCPOptionsDigest, DNSDigest and DialURLDigest, and every ip= verdict must equal
 // appliance.ParseBootConfig's.
 func TestKernelNetSelfTest(t *testing.T) {
 	needQEMU(t, qemu.SeaBIOS)
@@ -48,6 +48,12 @@ func TestKernelNetSelfTest(t *testing.T) {
 	}
 	if got, want := rep.Digests["dhcpopt"], appliance.DHCPOptionsDigest(selfTestSeed); got != want {
 		fail("DHCP options digest (seed %d): kernel %016x, Go %016x", selfTestSeed, got, want)
+	}
+	if got, want := rep.Digests["dns"], appliance.DNSDigest(selfTestSeed); got != want {
+		fail("DNS answer and rules digest (seed %d): kernel %016x, Go %016x", selfTestSeed, got, want)
+	}
+	if got, want := rep.Digests["gwurl"], appliance.DialURLDigest(selfTestSeed); got != want {
+		fail("dial URL digest (seed %d): kernel %016x, Go %016x", selfTestSeed, got, want)
 	}
 	checkConfigCases(t, rep, cases, fail)
 }

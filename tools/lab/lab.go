@@ -492,11 +492,12 @@ func tail(path string, n int) string {
 }
 
 // startEmulator starts the Gateway emulator listening on addr and returns
-// its REST base URL (as it printed it).
-func (l *Lab) startEmulator(ctx context.Context, wrap func(ctx context.Context, name string, args ...string) *exec.Cmd, addr string, botToken string) (*process, error) {
+// its REST base URL (as it printed it); extra are more of its flags.
+func (l *Lab) startEmulator(ctx context.Context, wrap func(ctx context.Context, name string, args ...string) *exec.Cmd, addr string, botToken string, extra ...string) (*process, error) {
 	args := []string{l.cfg.Emulator, "-listen", addr, "-token", botToken,
 		"-shards", fmt.Sprint(l.cfg.Shards), "-max-concurrency", fmt.Sprint(l.cfg.MaxConcurrency),
 		"-identify-window", l.cfg.IdentifyWindow.String()}
+	args = append(args, extra...)
 	if l.cfg.HeartbeatInterval > 0 {
 		args = append(args, "-heartbeat-interval", l.cfg.HeartbeatInterval.String())
 	}
@@ -526,6 +527,54 @@ func (l *Lab) startEmulator(ctx context.Context, wrap func(ctx context.Context, 
 		}
 	}
 	return p, nil
+}
+
+// The host names the lab's emulator answers to, as Discord's Gateway and
+// one of its resume edges.
+const (
+	labGatewayHost = "gateway.discord.gg"
+	labResumeHost  = "gateway-us-east1-b.discord.gg"
+)
+
+// startDNS starts dnsmasq as the namespace's DNS server (no DHCP: dpxe
+// serve hands out the leases) holding the Gateway's host names at the
+// bridge address ip. It says false, and the nodes dial the emulator by
+// address, when dnsmasq is not installed.
+func (l *Lab) startDNS(wrap func(ctx context.Context, name string, args ...string) *exec.Cmd, bridge, ip string) (bool, error) {
+	bin, err := exec.LookPath("dnsmasq")
+	if err != nil {
+		l.logf("no dnsmasq: the nodes dial the Gateway emulator by address, not by Discord's host names")
+		return false, nil
+	}
+	p, err := l.start("dnsmasq", "dns.log", wrap, bin, "--no-daemon", "--conf-file=/dev/null", "--port=53",
+		"--no-resolv", "--no-hosts", "--local-ttl=300", "--interface="+bridge, "--bind-interfaces", "--pid-file=",
+		"--host-record="+labGatewayHost+","+ip, "--host-record="+labResumeHost+","+ip)
+	if err != nil {
+		return false, err
+	}
+	// Up when it takes a connection on port 53 (dnsmasq serves DNS over
+	// TCP too); polled, at most 10 s.
+	for i := 0; ; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		c, err := l.dialer.DialContext(ctx, "tcp", ip+":53")
+		cancel()
+		if err == nil {
+			c.Close()
+			break
+		}
+		select {
+		case <-p.done: // it refused its flags, or port 53 is taken
+		case <-time.After(100 * time.Millisecond):
+			if i < 100 {
+				continue
+			}
+			p.stop(5 * time.Second)
+		}
+		l.logf("dnsmasq did not come up (%v): the nodes dial the Gateway emulator by address\n%s", err, tail(filepath.Join(l.cfg.Var, "dns.log"), 10))
+		return false, nil
+	}
+	l.logf("dns: %s and %s -> %s (dnsmasq in the namespace)", labGatewayHost, labResumeHost, ip)
+	return true, nil
 }
 
 func readFile(path string) string {
@@ -619,7 +668,18 @@ func (l *Lab) startNetns(ctx context.Context) error {
 	if err := os.WriteFile(filepath.Join(l.cfg.Var, "bot.token"), []byte(botToken+"\n"), 0o600); err != nil {
 		return err
 	}
-	if _, err := l.startEmulator(ctx, ns.Command, ip+":7878", botToken); err != nil {
+	// Discord's host names when a DNS server can serve them in the
+	// namespace: the nodes then look up the Gateway and resume hosts
+	// exactly as they would in production (docs/kernel.md "Host names").
+	names, err := l.startDNS(ns.Command, ns.Bridge, ip)
+	if err != nil {
+		return err
+	}
+	var emuArgs []string
+	if names {
+		emuArgs = []string{"-public-host", labGatewayHost, "-resume-host", labResumeHost}
+	}
+	if _, err := l.startEmulator(ctx, ns.Command, ip+":7878", botToken, emuArgs...); err != nil {
 		return err
 	}
 	l.TokenFile = filepath.Join(l.cfg.Var, "admin.token")
@@ -631,6 +691,9 @@ func (l *Lab) startNetns(ctx context.Context) error {
 	args := append(l.serveArgs("127.0.0.1:8080", "http://"+ip+":7878/api/v10"),
 		"--interface", ns.Bridge, "--dhcp", "authoritative", "--pool", pool, "--router", ip,
 		"--boot-dir", l.cfg.Out, "--ipv6-no-router")
+	if names {
+		args = append(args, "--dns", ip) // the leases name the lab's DNS server
+	}
 	serve, err := l.start("dpxe serve", "serve.log", ns.Command, args...)
 	if err != nil {
 		return err
@@ -769,7 +832,7 @@ func (l *Lab) Stop() error {
 		}
 	}
 	wg.Wait()
-	for _, name := range []string{"pingbot", "dpxe serve", "gateway-emulator"} {
+	for _, name := range []string{"pingbot", "dpxe serve", "gateway-emulator", "dnsmasq"} {
 		for _, p := range procs {
 			if p.name == name {
 				p.stop(15 * time.Second)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -450,6 +451,18 @@ func TestLabNetns(t *testing.T) {
 	if len(st.Violations) != 0 {
 		t.Errorf("emulator violations: %s", st.Violations)
 	}
+	// With dnsmasq the nodes dial Discord's host names (docs/lab.md).
+	_, haveDNS := exec.LookPath("dnsmasq")
+	if haveDNS == nil {
+		for i := 1; i <= cfg.Nodes; i++ {
+			b, _ := os.ReadFile(filepath.Join(cfg.Var, "nodes", fmt.Sprintf("lab-%d", i), "console.log"))
+			// The Gateway host, or the resume host for a shard handed
+			// over with its session by the other node.
+			if !regexp.MustCompile(`STARTING: connecting to ws://gateway(-us-east1-b)?\.discord\.gg:7878/\?v=10&encoding=json \(10\.`).Match(b) {
+				t.Errorf("lab-%d did not dial the Gateway by its host name (%d bytes of console)", i, len(b))
+			}
+		}
+	}
 	connected := 0
 	for _, s := range st.Shards {
 		for _, sess := range s.Sessions {
@@ -469,6 +482,9 @@ func TestLabNetns(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkTornDown(t, l, pids, ns)
+	if haveDNS == nil && !strings.Contains(log.String(), "dns: gateway.discord.gg and gateway-us-east1-b.discord.gg -> ") {
+		t.Errorf("dnsmasq is installed but the lab did not start it:\n%s", log.String())
+	}
 	if out, _ := exec.Command("ip", "-o", "link").Output(); strings.Contains(string(out), " lab1") || strings.Contains(string(out), " lab2") {
 		t.Errorf("a tap is left on the host:\n%s", out)
 	}
