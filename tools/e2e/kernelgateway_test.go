@@ -42,9 +42,6 @@ type gwLab struct {
 	srv     *exec.Cmd
 	logs    bytes.Buffer
 	srvArgs []string
-	// gatewayAPI is the emulator's REST base URL (--gateway-api) and
-	// botToken the file with its bot token (--bot-token-file).
-	gatewayAPI, botToken string
 	nodes   []*gwNode
 	done    chan struct{}
 	ran     chan error
@@ -62,6 +59,9 @@ type gwLab struct {
 	// dhcp, when set, boots nodes without ip=: their address and DNS
 	// server come from a DHCP server the test runs on the bridge.
 	dhcp bool
+	// gatewayAPI is the emulator's REST base URL (--gateway-api) and
+	// botToken the file with its bot token (--bot-token-file).
+	gatewayAPI, botToken string
 }
 
 type gwNode struct {
