@@ -59,6 +59,9 @@ type gwLab struct {
 	// dhcp, when set, boots nodes without ip=: their address and DNS
 	// server come from a DHCP server the test runs on the bridge.
 	dhcp bool
+	// gatewayAPI is the emulator's REST base URL (--gateway-api) and
+	// botToken the file with its bot token (--bot-token-file).
+	gatewayAPI, botToken string
 }
 
 type gwNode struct {
@@ -70,6 +73,17 @@ type gwNode struct {
 // newGWLab builds dpxe, creates the namespace, starts the emulator with
 // emu and `dpxe serve` with the extra flags.
 func newGWLab(t testing.TB, ctx context.Context, subnet string, emu gatewayemu.Options, serveArgs ...string) *gwLab {
+	t.Helper()
+	l := newGWLabNoServe(t, ctx, subnet, emu)
+	l.srvArgs = append([]string{"serve", "--db", filepath.Join(l.dir, "dpxe.db"), "--listen", subnet + ".1:8080",
+		"--no-dashboard", "--gateway-api", l.gatewayAPI, "--bot-token-file", l.botToken}, serveArgs...)
+	l.startServe()
+	return l
+}
+
+// newGWLabNoServe is newGWLab without `dpxe serve`: the caller sets
+// srvArgs and calls startServe (replicas on PostgreSQL, say).
+func newGWLabNoServe(t testing.TB, ctx context.Context, subnet string, emu gatewayemu.Options) *gwLab {
 	t.Helper()
 	if err := netns.Available(); err != nil {
 		t.Skip(err)
@@ -114,9 +128,7 @@ func newGWLab(t testing.TB, ctx context.Context, subnet string, emu gatewayemu.O
 	}
 	l.server = "http://" + subnet + ".1:8080"
 	l.token = filepath.Join(l.dir, "admin.token")
-	l.srvArgs = append([]string{"serve", "--db", filepath.Join(l.dir, "dpxe.db"), "--listen", subnet + ".1:8080",
-		"--no-dashboard", "--gateway-api", "http://" + ln.Addr().String() + "/api/v10", "--bot-token-file", tokFile}, serveArgs...)
-	l.startServe()
+	l.gatewayAPI, l.botToken = "http://"+ln.Addr().String()+"/api/v10", tokFile
 	t.Cleanup(func() {
 		close(l.done)
 		for range l.nodes {

@@ -160,6 +160,13 @@ func (s *Server) URL(name string) string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", s.port, name)
 }
 
+// SocketURL returns the address of database name on s through the
+// server's Unix socket: for a client in another network namespace, which
+// shares the file system but not the loopback address.
+func (s *Server) SocketURL(name string) string {
+	return fmt.Sprintf("postgres://postgres@/%s?host=%s&port=%d&sslmode=disable", name, s.dir, s.port)
+}
+
 // waitReady polls until the server answers a query, it exits, or ctx ends.
 func (s *Server) waitReady(ctx context.Context) error {
 	db, err := sql.Open("pgx", s.URL("postgres"))
