@@ -1,0 +1,158 @@
+package appliance
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/rand"
+	"strings"
+)
+
+// NATSCorpus makes the NATS reader's test streams from a seed: what a
+// server sends a node (INFO as nats-server 2.x writes it, PING, +OK,
+// -ERR, MSG and HMSG of commands, PubAcks, duplicates, error acks and 503
+// no-responders replies, several operations in one stream), the edges of
+// every refusal, and mutations of them (cut short, a byte changed, a byte
+// inserted), so that refusals at every place are exercised.
+func NATSCorpus(seed int64) [][]byte {
+	r := rand.New(rand.NewSource(seed))
+	var base [][]byte
+	add := func(s string) { base = append(base, []byte(s)) }
+	info := `INFO {"server_id":"NCXJ4EXAMPLE7Q","server_name":"dpxe","version":"2.10.22","proto":1,"go":"go1.23","host":"127.0.0.1","port":4222,"headers":true,"auth_required":true,"max_payload":8388608,"jetstream":true,"client_id":5,"client_ip":"10.0.2.15","connect_urls":["10.0.2.2:4222"],"xkey":"XA"}` + "\r\n"
+	ack := func(seq int, dup bool) string {
+		body := fmt.Sprintf(`{"stream":"DPXE_EVENTS_bot","seq":%d`, seq)
+		if dup {
+			body += `,"duplicate":true`
+		}
+		body += "}"
+		return fmt.Sprintf("MSG _INBOX.n1.%d 2 %d\r\n%s\r\n", seq, len(body), body)
+	}
+	hmsg := func(subj, reply, hdr, body string) string {
+		if reply != "" {
+			reply = " " + reply
+		}
+		return fmt.Sprintf("HMSG %s 1%s %d %d\r\n%s%s\r\n", subj, reply, len(hdr), len(hdr)+len(body), hdr, body)
+	}
+	cmd := `{"op":3,"d":{"since":null,"activities":[],"status":"idle","afk":false}}`
+	add(info)
+	add(info + "PING\r\n")
+	add(info + "+OK\r\nPONG\r\n" + ack(1, false) + ack(2, false) + ack(2, true))
+	add("ping\r\npOnG\r\n+ok\r\n")
+	add("-ERR 'Authorization Violation'\r\n")
+	add("-ERR 'Permissions Violation for Publish to \"dpxe.bot.events.2.X\"'\r\n")
+	add("-ERR\r\n")
+	add("-ERR '" + strings.Repeat("r", 200) + "'\r\n")
+	add("-ERR   'Stale Connection'  \r\n")
+	add(ack(7, false))
+	add("MSG _INBOX.x 2 98\r\n" + `{"error":{"code":503,"err_code":10077,"description":"nats: store failed"},"stream":"DPXE_EVENTS_bot"}` + "\r\n")
+	add("MSG a 1 14\r\n" + `{"seq":3,"x":1}` + "\r\n")
+	add("MSG a 1 15\r\n" + `{"stream":"S\"x"}` + "\r\n")
+	add("MSG a 1 0\r\n\r\n")
+	add("MSG\ta\t1\t\t5\r\nhello\r\n")
+	add("msg dpxe.bot.commands.3 9 _INBOX.w.7 " + fmt.Sprint(len(cmd)) + "\r\n" + cmd + "\r\n")
+	add(hmsg("dpxe.bot.commands.3", "_INBOX.w.8", "NATS/1.0\r\nNats-Msg-Id: a:1\r\nX-Trace: 1 2 3\r\n\r\n", cmd))
+	add(hmsg("_INBOX.n1.9", "", "NATS/1.0 503\r\n\r\n", ""))
+	add(hmsg("_INBOX.n1.9", "", "NATS/1.0 503 No Responders\r\n\r\n", ""))
+	add(hmsg("_INBOX.n1.9", "", "NATS/1.0 408 Request Timeout\r\nNats-Pending-Messages: 1\r\n\r\n", ""))
+	add(hmsg("s", "", "NATS/1.0\r\n\r\n", "x"))
+	add(hmsg("s", "", "NATS/1.0 50\r\n\r\n", ""))
+	add(hmsg("s", "", "NATS/1.0 5033\r\n\r\n", ""))
+	add(hmsg("s", "", "NATS/1.1\r\n\r\n", ""))
+	add(hmsg("s", "", "NATS/1.0\r\nNo-Colon\r\n\r\n", ""))
+	add(hmsg("s", "", "NATS/1.0\r\n: empty\r\n\r\n", ""))
+	add(hmsg("s", "", "NATS/1.0\r\nA B: c\r\n\r\n", ""))
+	add(hmsg("s", "", "NATS/1.0\r\nA:\n\r\n\r\n", ""))
+	add(hmsg("s", "", "NATS/1.0\r\nA: b\r\n\r\nX\r\n", ""))
+	add(hmsg("s", "", "NATS/1.0\r\n"+strings.Repeat("K: v\r\n", 200)+"\r\n", ""))
+	add("HMSG s 1 9 9\r\nNATS/1.0\r\r\n")
+	add("HMSG s 1 13 12\r\nNATS/1.0\r\n\r\n\r\n")
+	add("HMSG s 1 12\r\n")
+	add("HMSG s 1 x 12\r\n")
+	add("MSG s 1 1048577\r\n")
+	add("MSG s 1 1048576\r\n")
+	add(info + "MSG s 1 8388609\r\n")
+	add(`INFO {"max_payload":10}` + "\r\nMSG s 1 11\r\n")
+	add(`INFO {"max_payload":10}` + "\r\nMSG s 1 10\r\n0123456789\r\n")
+	add(`INFO {"max_payload":0,"headers":false}` + "\r\n")
+	add(`INFO {"max_payload":"10","headers":"true","server_id":7}` + "\r\n")
+	add(`INFO {"a":{"max_payload":5},"b":[1,{"headers":true}],"server_id":"` + strings.Repeat("i", 64) + `"}` + "\r\n")
+	add(`INFO {"server_id":"` + strings.Repeat("i", 65) + `","max_payload":99999999999999999999}` + "\r\n")
+	add(`INFO {"server_id":"a\"b","max_payload":12}` + "\r\n")
+	add("INFO {}\r\n")
+	add("INFO\r\n")
+	add("INFO {\"a\":1\r\n")
+	add("INFO {\"a\":1}}\r\n")
+	add("INFO {\"a\":1} x\r\n")
+	add("INFO [1]\r\n")
+	add("MSG s 1 4294967295\r\n")
+	add("MSG s 4294967296 1\r\nx\r\n")
+	add("MSG s 01 1\r\nx\r\n")
+	add("MSG s -1 1\r\nx\r\n")
+	add("MSG s 1 r 1 extra\r\nx\r\n")
+	add("MSG s 1\r\n")
+	add("MSG " + strings.Repeat("s", 255) + " 1 " + strings.Repeat("r", 255) + " 1\r\nx\r\n")
+	add("MSG " + strings.Repeat("s", 256) + " 1 1\r\nx\r\n")
+	add("MSG s 1 2\r\nabc\r\n")
+	add("MSG s 1 2\r\na\r\n")
+	add("MSG s 1 2\r\nab\n")
+	add("MSG s 1 2\r\nab\rx")
+	add("PING x\r\n")
+	add("PINGS\r\n")
+	add("PUB s 1\r\n")
+	add("\r\n")
+	add("PING\n")
+	add("PING\rx")
+	add("PING\r\r\n")
+	add(strings.Repeat("x", NATSLineMax) + "\r\n")
+	add("-ERR " + strings.Repeat("x", NATSLineMax) + "\r\n")
+	add("MSG s 1 5000\r\n" + strings.Repeat("b", 5000) + "\r\n")
+	// long streams: many operations in one
+	for i := 0; i < 4; i++ {
+		var b strings.Builder
+		b.WriteString(info)
+		for j := 0; j < 20+r.Intn(40); j++ {
+			switch r.Intn(5) {
+			case 0:
+				b.WriteString("PING\r\n")
+			case 1:
+				b.WriteString(ack(1+r.Intn(1000), r.Intn(4) == 0))
+			case 2:
+				b.WriteString(hmsg("_INBOX.n1.x", "", "NATS/1.0 503\r\n\r\n", ""))
+			default:
+				b.WriteString(hmsg(fmt.Sprintf("dpxe.bot.commands.%d", r.Intn(16)), fmt.Sprintf("_INBOX.w.%d", r.Intn(1e6)), "NATS/1.0\r\nA: b\r\n\r\n", cmd))
+			}
+		}
+		add(b.String())
+	}
+	out := append([][]byte(nil), base...)
+	const mut = " \t\r\n:01'\"{}x-+HMSGPINFO"
+	for _, m := range base {
+		for k := 0; k < 3; k++ {
+			c := append([]byte(nil), m...)
+			i := r.Intn(len(c))
+			switch k {
+			case 0:
+				c = c[:i]
+			case 1:
+				c[i] = mut[r.Intn(len(mut))]
+			case 2:
+				c = append(c[:i:i], append([]byte{mut[r.Intn(len(mut))]}, c[i:]...)...)
+			}
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// NATSModuleTag tags the NATS reader's cases in the self-test module.
+const NATSModuleTag = "NATSRD01"
+
+// NATSSection is the module payload: u32 count, then u32 length and the
+// stream per case.
+func NATSSection(corpus [][]byte) []byte {
+	b := binary.LittleEndian.AppendUint32(nil, uint32(len(corpus)))
+	for _, c := range corpus {
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(c)))
+		b = append(b, c...)
+	}
+	return b
+}
