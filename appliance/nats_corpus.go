@@ -156,3 +156,29 @@ func NATSSection(corpus [][]byte) []byte {
 	}
 	return b
 }
+
+// ParseNATSLines reads the kernel's "nats case N LINE" lines, in order from
+// 0, and the "nats FAIL what" lines.
+func ParseNATSLines(serial string) (cases []string, fails []string, err error) {
+	for _, line := range strings.Split(serial, "\n") {
+		line = strings.TrimRight(line, "\r")
+		rest, ok := strings.CutPrefix(line, "nats ")
+		if !ok {
+			continue
+		}
+		if f, ok := strings.CutPrefix(rest, "FAIL "); ok {
+			fails = append(fails, f)
+			continue
+		}
+		rest, ok = strings.CutPrefix(rest, "case ")
+		if !ok {
+			continue
+		}
+		num, tail, _ := strings.Cut(rest, " ")
+		if num != fmt.Sprint(len(cases)) {
+			return nil, nil, fmt.Errorf("nats: case line %q out of order", line)
+		}
+		cases = append(cases, tail)
+	}
+	return cases, fails, nil
+}
