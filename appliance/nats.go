@@ -751,13 +751,21 @@ func natsLineOf(ops []*NATSOp, err error) string {
 // ErrNATSField is a writer's refusal; errors.Is matches it.
 var ErrNATSField = errors.New("nats: bad field")
 
+// NATSFieldError is a writer's refusal: the field and why.
+type NATSFieldError struct {
+	Field, Reason string
+}
+
+func (e *NATSFieldError) Error() string { return fmt.Sprintf("%v %s: %s", ErrNATSField, e.Field, e.Reason) }
+func (e *NATSFieldError) Unwrap() error { return ErrNATSField }
+
 func natsPrintable(name, s string, max int) error {
 	if len(s) == 0 || len(s) > max {
-		return fmt.Errorf("%w %s: length %d", ErrNATSField, name, len(s))
+		return &NATSFieldError{name, fmt.Sprintf("length %d, want 1..%d", len(s), max)}
 	}
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c < 0x21 || c > 0x7e || c == '"' || c == '\\' {
-			return fmt.Errorf("%w %s: byte %d is 0x%02x", ErrNATSField, name, i, c)
+			return &NATSFieldError{name, fmt.Sprintf("byte %d is 0x%02x", i, c)}
 		}
 	}
 	return nil

@@ -2,6 +2,7 @@ package appliance
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand"
 	"strings"
@@ -181,4 +182,127 @@ func ParseNATSLines(serial string) (cases []string, fails []string, err error) {
 		cases = append(cases, tail)
 	}
 	return cases, fails, nil
+}
+
+// NATSWriterCase is one call of a writer for the kernel's self-test:
+// Kind 1 NATSConnect(User, Pass, Name), 2 NATSSub(Subject, SID),
+// 3 NATSHPub(Subject, Reply, MsgID, Body).
+type NATSWriterCase struct {
+	Kind                                    byte
+	User, Pass, Name, Subject, Reply, MsgID string
+	SID                                     uint32
+	Body                                    []byte
+}
+
+// NATSWriterLine is the self-test's line for a writer case (after "natsw
+// case N "): "ok len=L rec=H" (FNV-1a 64 of the bytes written) or
+// "error FIELD".
+func NATSWriterLine(c NATSWriterCase) string {
+	var b []byte
+	var err error
+	switch c.Kind {
+	case 1:
+		b, err = NATSConnect(c.User, c.Pass, c.Name)
+	case 2:
+		b, err = NATSSub(c.Subject, c.SID)
+	default:
+		b, err = NATSHPub(c.Subject, c.Reply, c.MsgID, c.Body)
+	}
+	if err != nil {
+		var fe *NATSFieldError
+		errors.As(err, &fe)
+		return "error " + fe.Field
+	}
+	h := uint64(fnvOffset64)
+	for _, x := range b {
+		h ^= uint64(x)
+		h *= fnvPrime64
+	}
+	return fmt.Sprintf("ok len=%d rec=%016x", len(b), h)
+}
+
+// NATSWriterCorpus makes writer cases from a seed: what a node sends
+// (CONNECT with and without credentials, SUB of command subjects, HPUB of
+// dispatches with Msg-Ids and inbox replies, PUB of replies) and every
+// refusal (empty, too long, a space, a quote, a backslash, a control
+// byte, a byte over 0x7e in each field).
+func NATSWriterCorpus(seed int64) []NATSWriterCase {
+	r := rand.New(rand.NewSource(seed))
+	pw := func() string {
+		return fmt.Sprintf("%016x%016x%016x%016x", r.Uint64(), r.Uint64(), r.Uint64(), r.Uint64())
+	}
+	out := []NATSWriterCase{
+		{Kind: 1, Name: "dpxe-n1"},
+		{Kind: 1, User: "node-compaq-01", Pass: pw(), Name: "dpxe-compaq-01"},
+		{Kind: 1, User: "node-x", Pass: "", Name: "n"},
+		{Kind: 1, User: "", Pass: "p", Name: "n"},
+		{Kind: 1, User: "u", Pass: "p", Name: ""},
+		{Kind: 1, User: "u", Pass: "p", Name: strings.Repeat("n", 64)},
+		{Kind: 1, User: "u", Pass: "p", Name: strings.Repeat("n", 65)},
+		{Kind: 1, User: strings.Repeat("u", 128), Pass: strings.Repeat("p", 128), Name: "n"},
+		{Kind: 1, User: strings.Repeat("u", 129), Pass: "p", Name: "n"},
+		{Kind: 1, User: "u", Pass: strings.Repeat("p", 129), Name: "n"},
+		{Kind: 2, Subject: "dpxe.bot.commands.0", SID: 1},
+		{Kind: 2, Subject: "_INBOX.n1.>", SID: 4294967295},
+		{Kind: 2, Subject: strings.Repeat("s", 255), SID: 0},
+		{Kind: 2, Subject: strings.Repeat("s", 256), SID: 0},
+		{Kind: 2, Subject: "", SID: 0},
+		{Kind: 3, Subject: "dpxe.bot.events.3.READY", Reply: "_INBOX.n1.3.7", MsgID: "abc:7", Body: []byte(`{"op":0}`)},
+		{Kind: 3, Subject: "_INBOX.w.1", Body: []byte(`{"status":"ok","shard":3,"node":"n1"}`)},
+		{Kind: 3, Subject: "s", Reply: "r", Body: nil},
+		{Kind: 3, Subject: "s", MsgID: "m", Body: nil},
+		{Kind: 3, Subject: "s", MsgID: strings.Repeat("m", 200), Body: []byte("x")},
+		{Kind: 3, Subject: "s", MsgID: strings.Repeat("m", 201), Body: []byte("x")},
+		{Kind: 3, Subject: "s", Reply: strings.Repeat("r", 256), Body: []byte("x")},
+		{Kind: 3, Subject: "s", Body: []byte(strings.Repeat("b\r\n", 1500))},
+	}
+	bad := []string{" ", "\"", "\\", "\x00", "\x7f", "\xff", "\t"}
+	for _, c := range bad {
+		mk := func() string { return "ab" + c + "cd" }
+		out = append(out,
+			NATSWriterCase{Kind: 1, User: mk(), Pass: "p", Name: "n"},
+			NATSWriterCase{Kind: 1, User: "u", Pass: mk(), Name: "n"},
+			NATSWriterCase{Kind: 1, User: "u", Pass: "p", Name: mk()},
+			NATSWriterCase{Kind: 2, Subject: mk(), SID: 3},
+			NATSWriterCase{Kind: 3, Subject: mk(), Body: []byte("x")},
+			NATSWriterCase{Kind: 3, Subject: "s", Reply: mk(), Body: []byte("x")},
+			NATSWriterCase{Kind: 3, Subject: "s", MsgID: mk(), Body: []byte("x")})
+	}
+	for i := 0; i < 60; i++ {
+		body := make([]byte, r.Intn(5000))
+		r.Read(body)
+		c := NATSWriterCase{Kind: 3, Subject: fmt.Sprintf("dpxe.bot.events.%d.MESSAGE_CREATE", r.Uint32()), Body: body}
+		if r.Intn(3) > 0 {
+			c.Reply = fmt.Sprintf("_INBOX.n%d.%d", r.Intn(100), r.Uint32())
+		}
+		if r.Intn(4) > 0 {
+			c.MsgID = fmt.Sprintf("%x:%d", r.Uint64(), r.Uint32())
+		}
+		out = append(out, c, NATSWriterCase{Kind: 2, Subject: fmt.Sprintf("dpxe.bot.commands.%d", r.Uint32()), SID: r.Uint32()},
+			NATSWriterCase{Kind: 1, User: fmt.Sprintf("node-n%d", r.Intn(1000)), Pass: pw(), Name: fmt.Sprintf("dpxe-%d", r.Intn(1000))})
+	}
+	return out
+}
+
+// NATSWriterModuleTag tags the writer cases in the self-test module.
+const NATSWriterModuleTag = "NATSWR01"
+
+// NATSWriterSection is the module payload: u32 count, then per case the
+// kind byte, six u32-length-prefixed texts (user, pass, name, subject,
+// reply, msg_id), the u32 sid and the u32-length-prefixed body.
+func NATSWriterSection(cases []NATSWriterCase) []byte {
+	b := binary.LittleEndian.AppendUint32(nil, uint32(len(cases)))
+	str := func(s []byte) {
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(s)))
+		b = append(b, s...)
+	}
+	for _, c := range cases {
+		b = append(b, c.Kind)
+		for _, s := range []string{c.User, c.Pass, c.Name, c.Subject, c.Reply, c.MsgID} {
+			str([]byte(s))
+		}
+		b = binary.LittleEndian.AppendUint32(b, c.SID)
+		str(c.Body)
+	}
+	return b
 }

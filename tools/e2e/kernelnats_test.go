@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,4 +46,43 @@ func TestKernelNATS(t *testing.T) {
 		}
 	}
 	t.Logf("%d cases (%d accepted), %d differ from appliance.NATSLine", len(corpus), oks, bad)
+}
+
+// TestKernelNATSWriters: the kernel's CONNECT, SUB and HPUB/PUB writers
+// (kernel/lib/nats.inc) write exactly appliance.NATSConnect's, NATSSub's
+// and NATSHPub's bytes for every case of appliance.NATSWriterCorpus, and
+// refuse the same field where Go does.
+func TestKernelNATSWriters(t *testing.T) {
+	cases := appliance.NATSWriterCorpus(int64(selfTestSeed))
+	module := writeCaseModule(t, nil, appliance.ModuleSection{Tag: appliance.NATSWriterModuleTag, Payload: appliance.NATSWriterSection(cases)})
+	res := bootSelfTest(t, "natsw-selftest", module, 120*time.Second)
+	logSerialOnFailure(t, res)
+	var lines []string
+	for _, l := range strings.Split(res.Serial, "\n") {
+		l = strings.TrimRight(l, "\r")
+		if rest, ok := strings.CutPrefix(l, "natsw case "); ok {
+			num, tail, _ := strings.Cut(rest, " ")
+			if num != strconv.Itoa(len(lines)) {
+				t.Fatalf("line %q out of order", l)
+			}
+			lines = append(lines, tail)
+		}
+	}
+	if len(lines) != len(cases) {
+		t.Fatalf("kernel printed %d writer lines, sent %d", len(lines), len(cases))
+	}
+	bad, refused := 0, 0
+	for i, c := range cases {
+		want := appliance.NATSWriterLine(c)
+		if strings.HasPrefix(want, "error") {
+			refused++
+		}
+		if lines[i] != want {
+			bad++
+			if bad <= 10 {
+				t.Errorf("case %d %+.200v: kernel %q, Go %q", i, c, lines[i], want)
+			}
+		}
+	}
+	t.Logf("%d writer cases (%d refused), %d differ from Go", len(cases), refused, bad)
 }
