@@ -756,7 +756,9 @@ type NATSFieldError struct {
 	Field, Reason string
 }
 
-func (e *NATSFieldError) Error() string { return fmt.Sprintf("%v %s: %s", ErrNATSField, e.Field, e.Reason) }
+func (e *NATSFieldError) Error() string {
+	return fmt.Sprintf("%v %s: %s", ErrNATSField, e.Field, e.Reason)
+}
 func (e *NATSFieldError) Unwrap() error { return ErrNATSField }
 
 func natsPrintable(name, s string, max int) error {
