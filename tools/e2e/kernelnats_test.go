@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -46,6 +47,11 @@ func TestKernelNATS(t *testing.T) {
 		}
 	}
 	t.Logf("%d cases (%d accepted), %d differ from appliance.NATSLine", len(corpus), oks, bad)
+	if m := regexp.MustCompile(`nats throughput .*`).FindString(res.Serial); m != "" {
+		t.Logf("kernel (qemu64 under TCG): %s", m)
+	} else {
+		t.Error("no nats throughput line")
+	}
 }
 
 // TestKernelNATSWriters: the kernel's CONNECT, SUB and HPUB/PUB writers
