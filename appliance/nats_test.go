@@ -205,3 +205,38 @@ func TestNATSWriters(t *testing.T) {
 		}
 	}
 }
+
+func TestNATSAccessValidate(t *testing.T) {
+	ok := NATSAccess{URLs: []string{"nats://10.0.0.2:4222", "nats://broker-1.lan:4222"}, User: "node-n1", Password: "ab12", App: "bot"}
+	if err := ok.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		mut   func(a *NATSAccess)
+		field string
+	}{
+		{func(a *NATSAccess) { a.URLs = nil }, "nats.urls"},
+		{func(a *NATSAccess) { a.URLs = make([]string, 9) }, "nats.urls"},
+		{func(a *NATSAccess) { a.URLs[1] = "tls://x:1" }, "nats.urls[1]"},
+		{func(a *NATSAccess) { a.URLs[0] = "nats://x" }, "nats.urls[0]"},
+		{func(a *NATSAccess) { a.URLs[0] = "nats://x:0" }, "nats.urls[0]"},
+		{func(a *NATSAccess) { a.URLs[0] = "nats://u:p@x:1" }, "nats.urls[0]"},
+		{func(a *NATSAccess) { a.URLs[0] = "nats://[::1]:4222" }, "nats.urls[0]"},
+		{func(a *NATSAccess) { a.User = "" }, "nats.user"},
+		{func(a *NATSAccess) { a.Password = `a"b` }, "nats.password"},
+		{func(a *NATSAccess) { a.App = "b t" }, "nats.app"},
+	} {
+		a := ok
+		a.URLs = append([]string(nil), ok.URLs...)
+		c.mut(&a)
+		var fe *FieldError
+		if err := a.Validate(); !errors.As(err, &fe) || fe.Field != c.field {
+			t.Errorf("%+v: %v, want field %s", a, err, c.field)
+		}
+	}
+	// in an answer: ParseCheckinResponse checks it
+	b := []byte(`{"generation":1,"total_shards":1,"assigned":[],"range_start":0,"range_count":0,"pending":[],"lease_seconds":30,"max_concurrency":1,"next_checkin_ms":1,"nats":{"urls":["nats://x:1"],"user":"u","password":"","app":"bot"}}`)
+	if _, err := ParseCheckinResponse(b); err == nil || !strings.Contains(err.Error(), "nats.password") {
+		t.Errorf("answer with an empty password: %v", err)
+	}
+}
