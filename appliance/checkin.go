@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -155,6 +157,75 @@ type CheckinResponse struct {
 	// from one replica within a fraction of its lease asks the next.
 	// Present only when several replicas may run.
 	Controllers []string `json:"controllers,omitempty"`
+	// NATS is the node's access to the event broker: present when dpxe
+	// serve runs its embedded NATS server with --nats-auth. Like
+	// BotToken it is only ever sent to an authenticated node and never
+	// logged.
+	NATS *NATSAccess `json:"nats,omitempty"`
+}
+
+// NATSAccess tells a node where its event broker is and how to log in
+// (docs/events.md, "Credentials").
+type NATSAccess struct {
+	// URLs are the broker's client URLs, nats://HOST:PORT, tried in order.
+	URLs []string `json:"urls"`
+	// User and Password go into CONNECT's user and pass: node-<node ID>
+	// and the password derived from the node secret.
+	User     string `json:"user"`
+	Password string `json:"password"`
+	// App is the subject prefix's <app>: dpxe.<app>.events.<shard>.<EVENT>.
+	App string `json:"app"`
+}
+
+// MaxNATSURLs bounds the broker URLs in a check-in answer.
+const MaxNATSURLs = 8
+
+// Validate checks what the kernel's NATS client relies on: 1 to
+// MaxNATSURLs URLs nats://HOST:PORT (HOST a name or an IPv4 address, a
+// port 1..65535, nothing else), and user, password and app of 1 to 128
+// visible ASCII bytes other than '"' and '\' (they go into CONNECT's JSON
+// and subjects unescaped). Errors are *FieldError naming the field.
+func (a *NATSAccess) Validate() error {
+	if len(a.URLs) < 1 || len(a.URLs) > MaxNATSURLs {
+		return &FieldError{Field: "nats.urls", Reason: fmt.Sprintf("%d URLs, want 1..%d", len(a.URLs), MaxNATSURLs)}
+	}
+	for i, u := range a.URLs {
+		if err := validNATSURL(u); err != nil {
+			return &FieldError{Field: fmt.Sprintf("nats.urls[%d]", i), Reason: fmt.Sprintf("%q: %v", clip(u), err)}
+		}
+	}
+	for _, f := range []struct{ name, v string }{{"nats.user", a.User}, {"nats.password", a.Password}, {"nats.app", a.App}} {
+		if len(f.v) < 1 || len(f.v) > 128 {
+			return &FieldError{Field: f.name, Reason: fmt.Sprintf("%d bytes, want 1..128", len(f.v))}
+		}
+		for i := 0; i < len(f.v); i++ {
+			if c := f.v[i]; c < 0x21 || c > 0x7e || c == '"' || c == '\\' {
+				return &FieldError{Field: f.name, Reason: fmt.Sprintf("byte at position %d is not visible ASCII other than '\"' and '\\'", i)}
+			}
+		}
+	}
+	return nil
+}
+
+func validNATSURL(u string) error {
+	rest, ok := strings.CutPrefix(u, "nats://")
+	if !ok {
+		return errors.New("want nats://HOST:PORT")
+	}
+	host, port, err := net.SplitHostPort(rest)
+	if err != nil || host == "" || strings.ContainsAny(host, "/?#@[]") {
+		return errors.New("want nats://HOST:PORT")
+	}
+	for i := 0; i < len(host); i++ {
+		if c := host[i]; !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-') {
+			return fmt.Errorf("host byte at position %d", i)
+		}
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil || p == 0 || port[0] == '0' {
+		return errors.New("port: want 1..65535")
+	}
+	return nil
 }
 
 // ResumeState is a resumable Gateway session the controller hands to a
@@ -484,7 +555,13 @@ func (r *CheckinResponse) Validate() error {
 			return &FieldError{Field: field + ".resume_url", Reason: fmt.Sprintf("%q is not a dial URL (ws://HOST[:PORT]/PATH?%s)", clip(rs.ResumeURL), GatewayQuery)}
 		}
 	}
-	return ascendingIn("restart_shards", r.RestartShards)
+	if err := ascendingIn("restart_shards", r.RestartShards); err != nil {
+		return err
+	}
+	if r.NATS != nil {
+		return r.NATS.Validate()
+	}
+	return nil
 }
 
 // ParseIdentifyRequest decodes and validates an Identify claim body.

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/discord-pxe/dpxe/appliance"
 	"github.com/discord-pxe/dpxe/fleet/events"
 	"github.com/discord-pxe/dpxe/fleet/events/embedded"
 	"github.com/discord-pxe/dpxe/sdk/dpxe"
@@ -156,5 +157,24 @@ func TestServeNATSAuth(t *testing.T) {
 	out, err = exec.Command(bin, "events", "stats", "--nats-url", m[1]).CombinedOutput()
 	if err == nil {
 		t.Errorf("events stats without credentials:\n%s", out)
+	}
+	// A node's check-in answer carries its broker access; the server
+	// lets the node in with it, and the password is in no log line.
+	out, err = exec.Command(bin, "nodes", "--server", p.url, "--token-file", filepath.Join(dir, "admin.token"), "add", "n1").CombinedOutput()
+	if err != nil {
+		t.Fatalf("dpxe nodes add: %v\n%s", err, out)
+	}
+	cred := strings.TrimSpace(strings.Split(string(out), "\n")[1])
+	r := nodeCheckin(t, p.url, "n1", cred, appliance.CheckinRequest{Capacity: 1})
+	if r.NATS == nil || r.NATS.User != "node-n1" || len(r.NATS.URLs) != 1 || r.NATS.URLs[0] != m[1] || r.NATS.App != "bot" {
+		t.Fatalf("check-in answer's nats: %+v (server at %s)", r.NATS, m[1])
+	}
+	nc, err := nats.Connect(r.NATS.URLs[0], nats.UserInfo(r.NATS.User, r.NATS.Password), nats.MaxReconnects(0))
+	if err != nil {
+		t.Fatalf("node n1 with its check-in answer's credentials: %v", err)
+	}
+	nc.Close()
+	if strings.Contains(p.logs(), r.NATS.Password) {
+		t.Error("the node's NATS password is in serve's log")
 	}
 }

@@ -5,15 +5,18 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/discord-pxe/dpxe/appliance"
 	"github.com/discord-pxe/dpxe/fleet/events"
 	"github.com/discord-pxe/dpxe/fleet/events/embedded"
 	"github.com/discord-pxe/dpxe/fleet/events/natsauth"
@@ -231,6 +234,7 @@ func attachEvents(ctx context.Context, app *fleetApp, log *slog.Logger) (func(co
 	}
 	var srv *embedded.Server
 	var auth *natsauth.Authorizer
+	var authFile *natsauth.File
 	var nc *nats.Conn
 	var err error
 	where := ""
@@ -254,7 +258,7 @@ func attachEvents(ctx context.Context, app *fleetApp, log *slog.Logger) (func(co
 		}
 		sc := embedded.ServerConfig{Listen: e.NATSListen, StoreDir: e.NATSStore, Log: log}
 		if e.NATSAuth {
-			if auth, err = natsAuthorizer(app, e.EventsApp); err != nil {
+			if authFile, auth, err = natsAuthorizer(app, e.EventsApp); err != nil {
 				return nil, err
 			}
 			sc.Auth = auth
@@ -268,6 +272,16 @@ func attachEvents(ctx context.Context, app *fleetApp, log *slog.Logger) (func(co
 			return nil, err
 		}
 		where = srv.ClientURL()
+		if authFile != nil {
+			// Nodes get their broker URLs and credentials with their
+			// check-in answers (never logged).
+			urls := nodeNATSURLs(srv.Addr())
+			if len(urls) == 0 {
+				log.Warn("nats-auth: no address nodes could reach the embedded server at; check-in answers carry no NATS access", "nats", where)
+			} else {
+				app.controller.SetNATSAccess(authFile.NodeAccess(e.EventsApp, urls))
+			}
+		}
 	}
 	stop := func() {
 		nc.Close()
@@ -320,13 +334,13 @@ func attachEvents(ctx context.Context, app *fleetApp, log *slog.Logger) (func(co
 // permissions changed.
 const natsSweepEvery = 2 * time.Second
 
-func natsAuthorizer(app *fleetApp, eventsApp string) (*natsauth.Authorizer, error) {
+func natsAuthorizer(app *fleetApp, eventsApp string) (*natsauth.File, *natsauth.Authorizer, error) {
 	f, err := natsauth.Open(filepath.Join(app.cfg.dataDir(), natsauth.FileName))
 	if err != nil {
-		return nil, fmt.Errorf("nats-auth: %w", err)
+		return nil, nil, fmt.Errorf("nats-auth: %w", err)
 	}
 	ctl := app.controller
-	return f.Authorizer(eventsApp, func(id string) ([]uint32, bool) {
+	a, err := f.Authorizer(eventsApp, func(id string) ([]uint32, bool) {
 		for _, n := range ctl.Nodes() {
 			if n.ID != id {
 				continue
@@ -342,4 +356,48 @@ func natsAuthorizer(app *fleetApp, eventsApp string) (*natsauth.Authorizer, erro
 		}
 		return nil, false
 	})
+	return f, a, err
+}
+
+// nodeNATSURLs are the broker URLs a node's check-in answer names: the
+// embedded server's listener, or, when it listens on every interface
+// (0.0.0.0 or ::), each IPv4 address of this machine's interfaces that is
+// up, loopback last (nodes try them in order).
+func nodeNATSURLs(addr net.Addr) []string {
+	ta, ok := addr.(*net.TCPAddr)
+	if !ok || ta == nil {
+		return nil
+	}
+	port := strconv.Itoa(ta.Port)
+	if !ta.IP.IsUnspecified() {
+		if ta.IP.To4() == nil {
+			return nil // the kernel's client speaks IPv4 only
+		}
+		return []string{"nats://" + net.JoinHostPort(ta.IP.String(), port)}
+	}
+	var urls, loop []string
+	ifs, _ := net.Interfaces()
+	for _, ifc := range ifs {
+		if ifc.Flags&net.FlagUp == 0 {
+			continue
+		}
+		addrs, _ := ifc.Addrs()
+		for _, a := range addrs {
+			ipn, ok := a.(*net.IPNet)
+			if !ok || ipn.IP.To4() == nil {
+				continue
+			}
+			u := "nats://" + net.JoinHostPort(ipn.IP.String(), port)
+			if ipn.IP.IsLoopback() {
+				loop = append(loop, u)
+			} else {
+				urls = append(urls, u)
+			}
+		}
+	}
+	urls = append(urls, loop...)
+	if len(urls) > appliance.MaxNATSURLs {
+		urls = urls[:appliance.MaxNATSURLs]
+	}
+	return urls
 }

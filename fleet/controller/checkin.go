@@ -167,6 +167,7 @@ func (c *Controller) Checkin(ctx context.Context, req *appliance.CheckinRequest,
 			return appliance.CheckinResponse{}, err
 		}
 	}
+	c.natsFields(n.id, &resp)
 	return resp, nil
 }
 

@@ -26,6 +26,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/discord-pxe/dpxe/appliance"
@@ -203,6 +204,9 @@ type Controller struct {
 	now func() time.Time
 	st  *store.Store
 	log *slog.Logger
+	// natsAccess (SetNATSAccess) is read without mu: it is called after
+	// a check-in answer is built, outside the lock.
+	natsAccess atomic.Pointer[NATSAccessFunc]
 
 	mu            sync.Mutex
 	nodes         map[string]*node

@@ -22,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/discord-pxe/dpxe/appliance"
 	"github.com/discord-pxe/dpxe/fleet/events"
 	"github.com/discord-pxe/dpxe/fleet/events/embedded"
 )
@@ -344,4 +345,16 @@ func (a *Authorizer) Authorize(user, password, remote string) (embedded.Permissi
 		return embedded.Permissions(p), err == nil
 	}
 	return embedded.Permissions{}, false
+}
+
+// NodeAccess returns what a node's check-in answer carries with
+// --nats-auth (controller.SetNATSAccess): the broker URLs, user
+// node-<node ID>, its derived password and the app. The password is
+// computed at each call, so a rotated secret takes effect at the node's
+// next check-in.
+func (f *File) NodeAccess(app string, urls []string) func(nodeID string) *appliance.NATSAccess {
+	urls = append([]string(nil), urls...)
+	return func(nodeID string) *appliance.NATSAccess {
+		return &appliance.NATSAccess{URLs: append([]string(nil), urls...), User: NodePrefix + nodeID, Password: f.NodePassword(nodeID), App: app}
+	}
 }
