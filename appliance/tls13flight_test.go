@@ -220,4 +220,3 @@ func flightOpenSSL(t *testing.T, leaf, inter *chainCert, host string, anchors []
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
 	return flightRecord(t, addr, host, anchors, now, false)
 }
-
