@@ -32,6 +32,13 @@ func (r *recConn) Read(b []byte) (int, error) {
 // flightRecord runs the reference client against addr (a GET, then
 // records to close_notify) and keeps its inputs and the server's bytes.
 func flightRecord(t *testing.T, addr, host string, anchors [][]byte, now int64, preferAES bool) TLSFlightCase {
+	return flightRecordRefused(t, addr, host, anchors, now, preferAES, "")
+}
+
+// flightRecordRefused is flightRecord for a handshake the reference
+// client refuses with want (a reason or the server's alert): what the
+// server sent up to then.
+func flightRecordRefused(t *testing.T, addr, host string, anchors [][]byte, now int64, preferAES bool, want string) TLSFlightCase {
 	var raw net.Conn
 	var err error
 	for i := 0; i < 100; i++ {
@@ -51,6 +58,13 @@ func flightRecord(t *testing.T, addr, host string, anchors [][]byte, now int64, 
 	}
 	rc := &recConn{Conn: raw}
 	cl, err := TLSClientConnect(rc, TLSClientConfig{Host: host, Now: now, Anchors: anchors, Rand: bytes.NewReader(c.Rand[:]), PreferAES: preferAES})
+	if want != "" {
+		if err == nil || !strings.HasSuffix(err.Error(), want) {
+			t.Fatalf("%s: %v, want %s", addr, err, want)
+		}
+		c.Server = rc.got
+		return c
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,6 +85,10 @@ func flightRecord(t *testing.T, addr, host string, anchors [][]byte, now int64, 
 
 // flightGoServer serves one connection: the request, a response, close.
 func flightGoServer(t *testing.T, cert tls.Certificate) string {
+	return flightGoServerConfig(t, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13})
+}
+
+func flightGoServerConfig(t *testing.T, cfg *tls.Config) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +101,7 @@ func flightGoServer(t *testing.T, cert tls.Certificate) string {
 		}
 		defer c.Close()
 		c.SetDeadline(time.Now().Add(10 * time.Second))
-		s := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13})
+		s := tls.Server(c, cfg)
 		b := make([]byte, 512)
 		if n, err := s.Read(b); err != nil || !bytes.HasPrefix(b[:n], []byte("GET ")) {
 			return
@@ -115,6 +133,7 @@ func TestTLSFlightCorpus(t *testing.T) {
 		it.SignatureAlgorithm = x509.ECDSAWithSHA384
 		inter := chainMake(t, "dpxe test WE1", it, chainEC(t, p256), root)
 		leaf := chainMake(t, "discord.test", span(leafTmpl()), chainEC(t, p256), inter)
+		other := chainMake(t, "dpxe other root P-384", span(caTmpl(-1)), chainEC(t, p384), nil)
 		cert := tls.Certificate{Certificate: [][]byte{leaf.der, inter.der}, PrivateKey: leaf.key}
 		at := now.Unix()
 		anchors := chainDERs([]*chainCert{root})
@@ -123,8 +142,16 @@ func TestTLSFlightCorpus(t *testing.T) {
 			flightRecord(t, flightGoServer(t, cert), host, anchors, at, false),
 			flightRecord(t, flightGoServer(t, cert), host, anchors, at, true),
 			flightOpenSSL(t, leaf, inter, host, anchors, at),
+			flightRecordRefused(t, flightGoServer(t, cert), "wrong.example", anchors, at, false, "name_mismatch"),
+			flightRecordRefused(t, flightGoServer(t, cert), host, chainDERs([]*chainCert{other}), at, false, "unknown_ca"),
+			flightRecordRefused(t, flightGoServerConfig(t, &tls.Config{Certificates: []tls.Certificate{cert}, MaxVersion: tls.VersionTLS12}),
+				host, anchors, at, false, "protocol_version"),
+			flightRecordRefused(t, flightGoServerConfig(t, &tls.Config{Certificates: []tls.Certificate{cert}, CurvePreferences: []tls.CurveID{tls.CurveP256}}),
+				host, anchors, at, false, "handshake_failure"),
 		}
-		names := "crypto/tls ecdsa p256 (Discord's shape), ChaCha20 offered first\ncrypto/tls ecdsa p256, AES-128-GCM offered first\nopenssl s_server -tls1_3 -www ecdsa p256 (Discord's shape)\n"
+		names := "crypto/tls ecdsa p256 (Discord's shape), ChaCha20 offered first\ncrypto/tls ecdsa p256, AES-128-GCM offered first\nopenssl s_server -tls1_3 -www ecdsa p256 (Discord's shape)\n" +
+			"refused: crypto/tls, wrong name (name_mismatch)\nrefused: crypto/tls, unknown root (unknown_ca)\n" +
+			"refused: crypto/tls capped at TLS 1.2 (protocol_version, its alert)\nrefused: crypto/tls P-256 only, a HelloRetryRequest (handshake_failure)\n"
 		if err := os.MkdirAll(filepath.Dir(TLSFlightCorpusPath), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -153,6 +180,12 @@ func TestTLSFlightCorpus(t *testing.T) {
 	}
 	for i, c := range cases {
 		r := ReplayTLSFlight(c)
+		if want, refused := strings.CutPrefix(lines[i], "refused: "); refused {
+			if r.Err == nil || !strings.Contains(want, "("+r.Err.Error()) {
+				t.Errorf("%s: %v", lines[i], r.Err)
+			}
+			continue
+		}
 		if r.Err != nil || !bytes.HasPrefix(r.Data, []byte("HTTP/1.0 200")) {
 			t.Errorf("%s: %v %q", lines[i], r.Err, r.Data)
 			continue
@@ -176,7 +209,7 @@ func TestTLSFlightCorpus(t *testing.T) {
 		verdicts[name]++
 	}
 	t.Logf("verdicts %v", verdicts)
-	for _, want := range []string{"ok", "eof", "certificate_expired", "bad_record_mac", "unexpected_message"} {
+	for _, want := range []string{"ok", "eof", "certificate_expired", "bad_record_mac", "unexpected_message", "name_mismatch", "unknown_ca", "protocol_version", "handshake_failure"} {
 		if verdicts[want] == 0 {
 			t.Errorf("no case ends %s", want)
 		}
