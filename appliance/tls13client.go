@@ -24,7 +24,7 @@ const (
 	tlsHSCertificate         = 11
 	tlsHSCertificateVerify   = 15
 	tlsContentCCS            = 20
-	tlsHSMax                 = 1 << 16 // the largest handshake message taken
+	tlsHSMax                 = 1 << 14 // the largest handshake body taken (the kernel's TLSC_HS_MAX)
 )
 
 // ErrTLSHandshakeFailure: a HelloRetryRequest (not handled yet) or a
@@ -81,7 +81,10 @@ func (t *TLSClientConn) open(rec []byte) (byte, []byte, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	if typ == TLSContentAlert && len(content) == 2 {
+	if typ == TLSContentAlert {
+		if len(content) != 2 {
+			return 0, nil, ErrTLSDecodeError
+		}
 		return 0, nil, &TLSAlertError{Name: TLSAlertName(content[1])}
 	}
 	return typ, content, nil
@@ -97,7 +100,13 @@ func TLSClientConnect(rw io.ReadWriter, cfg TLSClientConfig) (*TLSClientConn, er
 	if _, err := io.ReadFull(cfg.Rand, p.SessionID[:]); err != nil {
 		return nil, err
 	}
-	priv, err := ecdh.X25519().GenerateKey(cfg.Rand)
+	// the private key is read from cfg.Rand (not GenerateKey, which
+	// ignores its reader) so that a recorded flight can be replayed
+	var k [32]byte
+	if _, err := io.ReadFull(cfg.Rand, k[:]); err != nil {
+		return nil, err
+	}
+	priv, err := ecdh.X25519().NewPrivateKey(k[:])
 	if err != nil {
 		return nil, err
 	}
@@ -174,7 +183,12 @@ func TLSClientConnect(rw io.ReadWriter, cfg TLSClientConfig) (*TLSClientConn, er
 				return nil, err
 			}
 			if typ == tlsContentCCS {
-				continue // middlebox compatibility (§D.4)
+				// middlebox compatibility (§D.4): dropped when it is
+				// the single byte 1 (§5), before the server's Finished
+				if len(r) != TLSRecordHeaderLen+1 || r[TLSRecordHeaderLen] != 1 {
+					return nil, ErrTLSUnexpectedMessage
+				}
+				continue
 			}
 			typ, content, err := t.open(r)
 			if err != nil {
@@ -215,6 +229,9 @@ func TLSClientConnect(rw io.ReadWriter, cfg TLSClientConfig) (*TLSClientConn, er
 				return nil, err
 			}
 		case 3:
+			if len(body) != tlsHashLen {
+				return nil, ErrTLSDecodeError
+			}
 			if !hmac.Equal(body, t.c.FinishedVerifyData(false)) {
 				return nil, errors.New("decrypt_error")
 			}

@@ -29,6 +29,10 @@ const tlsCertPath = "../../appliance/" + appliance.TLSCertCorpusPath
 // tlsAuthPath is the server flights recorded from crypto/tls and openssl.
 const tlsAuthPath = "../../appliance/" + appliance.TLSAuthCorpusPath
 
+// tlsFlightPath is whole exchanges recorded from crypto/tls and openssl,
+// replayed through the client state machine.
+const tlsFlightPath = "../../appliance/" + appliance.TLSFlightCorpusPath
+
 func init() {
 	cryptoSections["TLS8448 "] = func() ([]byte, error) {
 		v, err := appliance.LoadRFC8448(rfc8448Path)
@@ -42,6 +46,7 @@ func init() {
 	cryptoSections["X509CHN "] = func() ([]byte, error) { return appliance.X509ChainSection(x509ChainPath) }
 	cryptoSections["TLSCERT "] = func() ([]byte, error) { return appliance.TLSCertSection(tlsCertPath) }
 	cryptoSections["TLSAUTH "] = func() ([]byte, error) { return appliance.TLSAuthSection(tlsAuthPath) }
+	cryptoSections["TLSFLT  "] = func() ([]byte, error) { return appliance.TLSFlightSection(tlsFlightPath) }
 }
 
 // TestKernelTLS boots the crypto self-test on every CPU model and wants the
@@ -70,6 +75,9 @@ func TestKernelTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	if want["tls13-auth"], _, err = appliance.TLSAuthDigest(tlsAuthPath); err != nil {
+		t.Fatal(err)
+	}
+	if want["tls13-client"], _, err = appliance.TLSFlightDigest(tlsFlightPath); err != nil {
 		t.Fatal(err)
 	}
 	_, trust, err := image.TrustAnchors([]image.TrustSource{{Name: image.DefaultTrustName, PEM: image.DefaultTrustPEM}})

@@ -1,0 +1,264 @@
+package appliance
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"os"
+)
+
+// Whole client handshakes recorded from real servers, replayed through
+// the reference client (TLSClientConnect, ReadRecord) and, in the kernel's
+// crypto boot, through the state machine of kernel/tls/client.inc
+// ("selftest digest tls13-client"): both must name the same verdict and
+// produce the same bytes.
+
+// TLSFlightCorpusPath holds the recorded exchanges.
+const TLSFlightCorpusPath = "testdata/tlsflight/cases.bin"
+
+// TLSFlightRandLen is what the client draws: random, session id, x25519
+// private key.
+const TLSFlightRandLen = 96
+
+// ErrTLSFlightEnd is the end of a recorded flight before the verdict
+// ("eof" in the kernel's digest).
+var ErrTLSFlightEnd = errors.New("eof")
+
+// TLSFlightCase is one recorded exchange: the client's inputs and every
+// byte the server sent (handshake, tickets, the response, close_notify).
+type TLSFlightCase struct {
+	Now       int64
+	Host      string
+	Anchors   [][]byte
+	Rand      [TLSFlightRandLen]byte
+	PreferAES bool
+	Server    []byte
+}
+
+// EncodeTLSFlightCases writes per case (little-endian): u64 now, u16 host
+// length, host, u8 anchors and per anchor u32 length and DER, the 96
+// client bytes, u8 PreferAES, u32 length and the server's bytes.
+func EncodeTLSFlightCases(cases []TLSFlightCase) []byte {
+	var out []byte
+	blob := func(b []byte) {
+		out = binary.LittleEndian.AppendUint32(out, uint32(len(b)))
+		out = append(out, b...)
+	}
+	for _, c := range cases {
+		out = binary.LittleEndian.AppendUint64(out, uint64(c.Now))
+		out = binary.LittleEndian.AppendUint16(out, uint16(len(c.Host)))
+		out = append(out, c.Host...)
+		out = append(out, byte(len(c.Anchors)))
+		for _, a := range c.Anchors {
+			blob(a)
+		}
+		out = append(out, c.Rand[:]...)
+		if c.PreferAES {
+			out = append(out, 1)
+		} else {
+			out = append(out, 0)
+		}
+		blob(c.Server)
+	}
+	return out
+}
+
+// DecodeTLSFlightCases reads EncodeTLSFlightCases's format.
+func DecodeTLSFlightCases(b []byte) ([]TLSFlightCase, error) {
+	var out []TLSFlightCase
+	take := func(n int) ([]byte, error) {
+		if n < 0 || len(b) < n {
+			return nil, errChainCorpus
+		}
+		v := b[:n]
+		b = b[n:]
+		return v, nil
+	}
+	blob := func() ([]byte, error) {
+		l, err := take(4)
+		if err != nil {
+			return nil, err
+		}
+		return take(int(binary.LittleEndian.Uint32(l)))
+	}
+	for len(b) > 0 {
+		var c TLSFlightCase
+		h, err := take(10)
+		if err != nil {
+			return nil, err
+		}
+		c.Now = int64(binary.LittleEndian.Uint64(h))
+		host, err := take(int(binary.LittleEndian.Uint16(h[8:])))
+		if err != nil {
+			return nil, err
+		}
+		c.Host = string(host)
+		n, err := take(1)
+		if err != nil {
+			return nil, err
+		}
+		for i := 0; i < int(n[0]); i++ {
+			a, err := blob()
+			if err != nil {
+				return nil, err
+			}
+			c.Anchors = append(c.Anchors, a)
+		}
+		r, err := take(TLSFlightRandLen + 1)
+		if err != nil {
+			return nil, err
+		}
+		copy(c.Rand[:], r)
+		c.PreferAES = r[TLSFlightRandLen] == 1
+		if c.Server, err = blob(); err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// flightConn replays a server's bytes and keeps what the client writes.
+type flightConn struct {
+	in  *bytes.Reader
+	out []byte
+}
+
+func (f *flightConn) Read(b []byte) (int, error) {
+	n, _ := f.in.Read(b)
+	if n == 0 {
+		return 0, ErrTLSFlightEnd
+	}
+	return n, nil
+}
+
+func (f *flightConn) Write(b []byte) (int, error) {
+	f.out = append(f.out, b...)
+	return len(b), nil
+}
+
+// TLSFlightResult is what a replay gives.
+type TLSFlightResult struct {
+	Err       error // nil: the server's close_notify ended it
+	PeerAlert bool  // Err is an alert the server sent
+	Conn      *TLSClientConn
+	Out       []byte // every byte the client sent
+	Data      []byte // the application data received
+}
+
+// ReplayTLSFlight runs the reference client against a recorded flight:
+// the handshake, then records up to close_notify.
+func ReplayTLSFlight(c TLSFlightCase) TLSFlightResult {
+	f := &flightConn{in: bytes.NewReader(c.Server)}
+	cl, err := TLSClientConnect(f, TLSClientConfig{Host: c.Host, Now: c.Now, Anchors: c.Anchors,
+		Rand: bytes.NewReader(c.Rand[:]), PreferAES: c.PreferAES})
+	res := TLSFlightResult{Conn: cl}
+	for err == nil {
+		var d []byte
+		d, err = cl.ReadRecord()
+		res.Data = append(res.Data, d...)
+	}
+	if err == io.EOF {
+		err = nil
+	}
+	var ae *TLSAlertError
+	if errors.As(err, &ae) {
+		res.PeerAlert = true
+		err = errors.New(ae.Name)
+	}
+	res.Err, res.Out = err, f.out
+	return res
+}
+
+// tlsFlightCorpus is the recorded cases, then per case: the host with one
+// more label (the ClientHello, so the transcript and the handshake keys,
+// change with it: bad_record_mac), the time past the leaf's life, the
+// flight cut at 8 places, and 24 copies with one byte changed.
+func tlsFlightCorpus(path string) ([]TLSFlightCase, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	base, err := DecodeTLSFlightCases(raw)
+	if err != nil {
+		return nil, err
+	}
+	rng := &splitmix64{state: 0x746c73666c74}
+	out := append([]TLSFlightCase(nil), base...)
+	for _, c := range base {
+		h := c
+		h.Host = "x." + c.Host
+		out = append(out, h)
+		late := c
+		late.Now = c.Now + 400*24*3600
+		out = append(out, late)
+		for m := 0; m < 8; m++ {
+			d := c
+			d.Server = c.Server[:rng.next()%uint64(len(c.Server))]
+			out = append(out, d)
+		}
+		for m := 0; m < 24; m++ {
+			r := rng.next()
+			d := c
+			d.Server = append([]byte(nil), c.Server...)
+			d.Server[(r>>8)%uint64(len(d.Server))] ^= byte(r>>40) | 1
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
+// TLSFlightSection is the kernel's 'TLSFLT  ' vector section.
+func TLSFlightSection(path string) ([]byte, error) {
+	cases, err := tlsFlightCorpus(path)
+	if err != nil {
+		return nil, err
+	}
+	return EncodeTLSFlightCases(cases), nil
+}
+
+// TLSFlightDigest is the "tls13-client" digest: per case every byte the
+// client sent, the application data's bytes and their count, the
+// verdict's name (each byte, then its length; "ok" for the server's
+// close_notify) and whether the server sent it as an alert; once the
+// handshake is done the suite, the CertificateVerify's scheme, the
+// certificates listed and on the path. It also returns the number of
+// cases.
+func TLSFlightDigest(path string) (uint64, int, error) {
+	cases, err := tlsFlightCorpus(path)
+	if err != nil {
+		return 0, 0, err
+	}
+	d := newDigest()
+	for _, c := range cases {
+		r := ReplayTLSFlight(c)
+		for _, b := range r.Out {
+			d.add(uint64(b))
+		}
+		for _, b := range r.Data {
+			d.add(uint64(b))
+		}
+		d.add(uint64(len(r.Data)))
+		name := "ok"
+		if r.Err != nil {
+			name = r.Err.Error()
+		}
+		for i := 0; i < len(name); i++ {
+			d.add(uint64(name[i]))
+		}
+		d.add(uint64(len(name)))
+		if r.PeerAlert {
+			d.add(1)
+		} else {
+			d.add(0)
+		}
+		if r.Conn != nil {
+			d.add(uint64(r.Conn.Suite))
+			d.add(uint64(r.Conn.Scheme))
+			d.add(uint64(r.Conn.Listed))
+			d.add(uint64(len(r.Conn.Path.Listed)))
+		}
+	}
+	return uint64(d), len(cases), nil
+}
