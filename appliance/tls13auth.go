@@ -1,7 +1,6 @@
 package appliance
 
 import (
-	"encoding/binary"
 	"os"
 )
 
@@ -62,74 +61,37 @@ type TLSAuthCase struct {
 // the Certificate body, the CertificateVerify body and the 32-byte
 // transcript hash (little-endian).
 func EncodeTLSAuthCases(cases []TLSAuthCase) []byte {
-	var out []byte
-	blob := func(b []byte) {
-		out = binary.LittleEndian.AppendUint32(out, uint32(len(b)))
-		out = append(out, b...)
-	}
+	var w caseWriter
 	for _, c := range cases {
-		out = binary.LittleEndian.AppendUint64(out, uint64(c.Now))
-		out = binary.LittleEndian.AppendUint16(out, uint16(len(c.Host)))
-		out = append(out, c.Host...)
-		out = append(out, byte(len(c.Anchors)))
-		for _, a := range c.Anchors {
-			blob(a)
-		}
-		blob(c.CertBody)
-		blob(c.CVBody)
-		out = append(out, c.CVTranscript...)
+		w.timeHost(c.Now, c.Host)
+		w.list(c.Anchors)
+		w.blob(c.CertBody)
+		w.blob(c.CVBody)
+		w.bytes(c.CVTranscript)
 	}
-	return out
+	return w.out
 }
 
 // DecodeTLSAuthCases reads EncodeTLSAuthCases's format.
 func DecodeTLSAuthCases(b []byte) ([]TLSAuthCase, error) {
 	var out []TLSAuthCase
-	take := func(n int) ([]byte, error) {
-		if n < 0 || len(b) < n {
-			return nil, errChainCorpus
-		}
-		v := b[:n]
-		b = b[n:]
-		return v, nil
-	}
-	blob := func() ([]byte, error) {
-		l, err := take(4)
-		if err != nil {
-			return nil, err
-		}
-		return take(int(binary.LittleEndian.Uint32(l)))
-	}
-	for len(b) > 0 {
+	r := caseReader{b}
+	for r.more() {
 		var c TLSAuthCase
-		h, err := take(10)
-		if err != nil {
+		var err error
+		if c.Now, c.Host, err = r.timeHost(); err != nil {
 			return nil, err
 		}
-		c.Now = int64(binary.LittleEndian.Uint64(h))
-		host, err := take(int(binary.LittleEndian.Uint16(h[8:])))
-		if err != nil {
+		if c.Anchors, err = r.list(); err != nil {
 			return nil, err
 		}
-		c.Host = string(host)
-		n, err := take(1)
-		if err != nil {
+		if c.CertBody, err = r.blob(); err != nil {
 			return nil, err
 		}
-		for i := 0; i < int(n[0]); i++ {
-			a, err := blob()
-			if err != nil {
-				return nil, err
-			}
-			c.Anchors = append(c.Anchors, a)
-		}
-		if c.CertBody, err = blob(); err != nil {
+		if c.CVBody, err = r.blob(); err != nil {
 			return nil, err
 		}
-		if c.CVBody, err = blob(); err != nil {
-			return nil, err
-		}
-		if c.CVTranscript, err = take(tlsHashLen); err != nil {
+		if c.CVTranscript, err = r.take(tlsHashLen); err != nil {
 			return nil, err
 		}
 		out = append(out, c)

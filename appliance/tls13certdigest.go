@@ -1,7 +1,6 @@
 package appliance
 
 import (
-	"encoding/binary"
 	"os"
 )
 
@@ -39,47 +38,31 @@ func TLSCertReasonIndex(err error) int {
 // u32 length and body; kind 2: u32 length and leaf DER, the 32-byte
 // transcript hash, u32 length and body (little-endian).
 func EncodeTLSCertCases(cases []TLSCertCase) []byte {
-	var out []byte
+	var w caseWriter
 	for _, c := range cases {
-		out = append(out, c.Kind)
+		w.byte(c.Kind)
 		if c.Kind == 2 {
-			out = binary.LittleEndian.AppendUint32(out, uint32(len(c.Leaf)))
-			out = append(out, c.Leaf...)
-			out = append(out, c.Transcript[:]...)
+			w.blob(c.Leaf)
+			w.bytes(c.Transcript[:])
 		}
-		out = binary.LittleEndian.AppendUint32(out, uint32(len(c.Body)))
-		out = append(out, c.Body...)
+		w.blob(c.Body)
 	}
-	return out
+	return w.out
 }
 
 // DecodeTLSCertCases reads EncodeTLSCertCases's format.
 func DecodeTLSCertCases(b []byte) ([]TLSCertCase, error) {
 	var out []TLSCertCase
-	take := func(n int) ([]byte, error) {
-		if n < 0 || len(b) < n {
-			return nil, errChainCorpus
-		}
-		v := b[:n]
-		b = b[n:]
-		return v, nil
-	}
-	blob := func() ([]byte, error) {
-		l, err := take(4)
-		if err != nil {
-			return nil, err
-		}
-		return take(int(binary.LittleEndian.Uint32(l)))
-	}
-	for len(b) > 0 {
-		k, _ := take(1)
-		c := TLSCertCase{Kind: k[0]}
+	r := caseReader{b}
+	for r.more() {
+		k, _ := r.byte()
+		c := TLSCertCase{Kind: k}
 		var err error
 		if c.Kind == 2 {
-			if c.Leaf, err = blob(); err != nil {
+			if c.Leaf, err = r.blob(); err != nil {
 				return nil, err
 			}
-			t, err := take(32)
+			t, err := r.take(32)
 			if err != nil {
 				return nil, err
 			}
@@ -87,7 +70,7 @@ func DecodeTLSCertCases(b []byte) ([]TLSCertCase, error) {
 		} else if c.Kind != 1 {
 			return nil, errChainCorpus
 		}
-		if c.Body, err = blob(); err != nil {
+		if c.Body, err = r.blob(); err != nil {
 			return nil, err
 		}
 		out = append(out, c)

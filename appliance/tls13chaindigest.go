@@ -1,7 +1,6 @@
 package appliance
 
 import (
-	"encoding/binary"
 	"errors"
 	"os"
 )
@@ -33,67 +32,30 @@ var errChainCorpus = errors.New("x509chain: malformed cases file")
 // now, u16 host length, host, u8 count and per certificate u32 length and
 // DER, for the list then the anchors (integers little-endian).
 func EncodeX509ChainCases(cases []X509ChainCase) []byte {
-	var out []byte
+	var w caseWriter
 	for _, c := range cases {
-		out = binary.LittleEndian.AppendUint64(out, uint64(c.Now))
-		out = binary.LittleEndian.AppendUint16(out, uint16(len(c.Host)))
-		out = append(out, c.Host...)
-		for _, l := range [][][]byte{c.List, c.Anchors} {
-			out = append(out, byte(len(l)))
-			for _, d := range l {
-				out = binary.LittleEndian.AppendUint32(out, uint32(len(d)))
-				out = append(out, d...)
-			}
-		}
+		w.timeHost(c.Now, c.Host)
+		w.list(c.List)
+		w.list(c.Anchors)
 	}
-	return out
+	return w.out
 }
 
 // DecodeX509ChainCases reads EncodeX509ChainCases's format.
 func DecodeX509ChainCases(b []byte) ([]X509ChainCase, error) {
 	var out []X509ChainCase
-	take := func(n int) ([]byte, error) {
-		if len(b) < n {
-			return nil, errChainCorpus
-		}
-		v := b[:n]
-		b = b[n:]
-		return v, nil
-	}
-	for len(b) > 0 {
+	r := caseReader{b}
+	for r.more() {
 		var c X509ChainCase
-		v, err := take(10)
-		if err != nil {
+		var err error
+		if c.Now, c.Host, err = r.timeHost(); err != nil {
 			return nil, err
 		}
-		c.Now = int64(binary.LittleEndian.Uint64(v))
-		h, err := take(int(binary.LittleEndian.Uint16(v[8:])))
-		if err != nil {
+		if c.List, err = r.list(); err != nil {
 			return nil, err
 		}
-		c.Host = string(h)
-		for k := 0; k < 2; k++ {
-			n, err := take(1)
-			if err != nil {
-				return nil, err
-			}
-			var l [][]byte
-			for i := 0; i < int(n[0]); i++ {
-				ln, err := take(4)
-				if err != nil {
-					return nil, err
-				}
-				d, err := take(int(binary.LittleEndian.Uint32(ln)))
-				if err != nil {
-					return nil, err
-				}
-				l = append(l, d)
-			}
-			if k == 0 {
-				c.List = l
-			} else {
-				c.Anchors = l
-			}
+		if c.Anchors, err = r.list(); err != nil {
+			return nil, err
 		}
 		out = append(out, c)
 	}

@@ -2,7 +2,6 @@ package appliance
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"io"
 	"os"
@@ -40,78 +39,41 @@ type TLSFlightCase struct {
 // length, host, u8 anchors and per anchor u32 length and DER, the 96
 // client bytes, u8 PreferAES, u32 length and the server's bytes.
 func EncodeTLSFlightCases(cases []TLSFlightCase) []byte {
-	var out []byte
-	blob := func(b []byte) {
-		out = binary.LittleEndian.AppendUint32(out, uint32(len(b)))
-		out = append(out, b...)
-	}
+	var w caseWriter
 	for _, c := range cases {
-		out = binary.LittleEndian.AppendUint64(out, uint64(c.Now))
-		out = binary.LittleEndian.AppendUint16(out, uint16(len(c.Host)))
-		out = append(out, c.Host...)
-		out = append(out, byte(len(c.Anchors)))
-		for _, a := range c.Anchors {
-			blob(a)
-		}
-		out = append(out, c.Rand[:]...)
+		w.timeHost(c.Now, c.Host)
+		w.list(c.Anchors)
+		w.bytes(c.Rand[:])
 		if c.PreferAES {
-			out = append(out, 1)
+			w.byte(1)
 		} else {
-			out = append(out, 0)
+			w.byte(0)
 		}
-		blob(c.Server)
+		w.blob(c.Server)
 	}
-	return out
+	return w.out
 }
 
 // DecodeTLSFlightCases reads EncodeTLSFlightCases's format.
 func DecodeTLSFlightCases(b []byte) ([]TLSFlightCase, error) {
 	var out []TLSFlightCase
-	take := func(n int) ([]byte, error) {
-		if n < 0 || len(b) < n {
-			return nil, errChainCorpus
-		}
-		v := b[:n]
-		b = b[n:]
-		return v, nil
-	}
-	blob := func() ([]byte, error) {
-		l, err := take(4)
-		if err != nil {
-			return nil, err
-		}
-		return take(int(binary.LittleEndian.Uint32(l)))
-	}
-	for len(b) > 0 {
+	r := caseReader{b}
+	for r.more() {
 		var c TLSFlightCase
-		h, err := take(10)
+		var err error
+		if c.Now, c.Host, err = r.timeHost(); err != nil {
+			return nil, err
+		}
+		if c.Anchors, err = r.list(); err != nil {
+			return nil, err
+		}
+		rnd, err := r.take(TLSFlightRandLen + 1)
 		if err != nil {
 			return nil, err
 		}
-		c.Now = int64(binary.LittleEndian.Uint64(h))
-		host, err := take(int(binary.LittleEndian.Uint16(h[8:])))
-		if err != nil {
-			return nil, err
-		}
-		c.Host = string(host)
-		n, err := take(1)
-		if err != nil {
-			return nil, err
-		}
-		for i := 0; i < int(n[0]); i++ {
-			a, err := blob()
-			if err != nil {
-				return nil, err
-			}
-			c.Anchors = append(c.Anchors, a)
-		}
-		r, err := take(TLSFlightRandLen + 1)
-		if err != nil {
-			return nil, err
-		}
-		copy(c.Rand[:], r)
-		c.PreferAES = r[TLSFlightRandLen] == 1
-		if c.Server, err = blob(); err != nil {
+		copy(c.Rand[:], rnd)
+		c.PreferAES = rnd[TLSFlightRandLen] == 1
+		if c.Server, err = r.blob(); err != nil {
 			return nil, err
 		}
 		out = append(out, c)
