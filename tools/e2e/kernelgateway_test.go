@@ -724,8 +724,8 @@ func ladderRun(t testing.TB, subnet string, n, mc int, strict bool) ladderFigure
 }
 
 // ladderRunShape is ladderRun against an emulator shaped by shape. The
-// node asks for compress=zlib-stream (the kernel's default): every
-// connection must have it.
+// node asks for compress=zlib-stream (the kernel's default); with guilds,
+// ladderCounts wants it on every connection.
 func ladderRunShape(t testing.TB, subnet string, n, mc int, strict bool, shape ladderShape) ladderFigures {
 	var fig ladderFigures
 	window := gatewayemu.DefaultIdentifyWindow
@@ -766,8 +766,9 @@ func ladderRunShape(t testing.TB, subnet string, n, mc int, strict bool, shape l
 		t.Errorf("all READY took %v, more than ceil(%d/%d) x %v + 15 s = %v", took, n, mc, controller.DefaultIdentifyWindow, limit)
 	}
 	// The last READY the emulator sent: it goes out with the accepted
-	// Identify, before the first heartbeat that the wait above needs
-	// (up to an interval later by the jitter formula).
+	// Identify. The wait above also needs a heartbeat on the session; the
+	// first may come before Identify (while the claim is pending) or up
+	// to an interval after it, by the jitter formula.
 	firstReady := time.Duration(-1)
 	for _, r := range l.emu.Identifies() {
 		if r.Session != "" {
