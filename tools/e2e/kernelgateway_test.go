@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -651,20 +652,85 @@ func TestKernelGatewayFaults(t *testing.T) {
 	}
 }
 
+// ladderFigures are what a ladder step measured.
+type ladderFigures struct {
+	ready      time.Duration // plan to all READY (every session heartbeating)
+	floorRatio float64       // ready / (ceil(n/mc) x 5 s)
+	lastReady  time.Duration // plan to the last READY the emulator sent
+	readyRatio float64       // lastReady / (ceil(n/mc) x 5 s)
+	jitter     time.Duration // worst first-heartbeat deviation from the formula
+	idlePct    float64       // share of the last node line spent halted
+	perShard   float64       // bytes a shard owns privately (the banner's sum)
+	// perShardTLS is perShard with the TLS state a wss:// shard will add:
+	// its TLS_CONN and two record buffers (shardMemory).
+	perShardTLS float64
+}
+
+// shardMemoryBudget is the issue's bound on what one shard owns, TLS and
+// zlib-stream included.
+const shardMemoryBudget = 128 << 10
+
+// shardMemory reads the banner's "memory per shard" line: its parts must
+// add up to its total, and that total plus the TLS state a wss:// shard
+// will add must stay within shardMemoryBudget. The TLS state is the
+// TLS_CONN (appliance.TLSKernelConnBytes, which the TLS self-test checks
+// against the kernel's layout) and two record buffers, one each way, each
+// for the largest record a peer may send (a 5-byte header and
+// appliance.TLSMaxCiphertext): neither is in a shard yet, the kernel's
+// TLS is not wired into the Gateway connections. It returns the banner's
+// total and that sum.
+func shardMemory(t testing.TB, console string) (perShard, withTLS float64) {
+	t.Helper()
+	m := regexp.MustCompile(`memory per shard: context (\d+) \+ Gateway workspace (\d+) \+ TCP block (\d+) = (\d+) bytes \(the workspace holds the zlib-stream inflater, (\d+), and the message scanner, (\d+)`).FindStringSubmatch(console)
+	if m == nil {
+		t.Error("no 'memory per shard' line in the banner")
+		return 0, 0
+	}
+	ctx, ws, tcb, total, infl, scan := mustU(m[1]), mustU(m[2]), mustU(m[3]), mustU(m[4]), mustU(m[5]), mustU(m[6])
+	if ctx+ws+tcb != total || infl+scan > ws {
+		t.Errorf("the banner's memory per shard does not add up: %s", m[0])
+	}
+	tls := uint64(appliance.TLSKernelConnBytes + 2*(5+appliance.TLSMaxCiphertext))
+	if total+tls > shardMemoryBudget {
+		t.Errorf("a shard owns %d bytes, %d with TLS (TLS_CONN %d, two %d-byte records): over %d", total, total+tls,
+			appliance.TLSKernelConnBytes, 5+appliance.TLSMaxCiphertext, shardMemoryBudget)
+	}
+	t.Logf("memory per shard: %d bytes (inflater %d, scanner %d); with TLS's %d-byte TLS_CONN and two %d-byte record buffers %d, %d under %d",
+		total, infl, scan, appliance.TLSKernelConnBytes, 5+appliance.TLSMaxCiphertext, total+tls, shardMemoryBudget-int64(total+tls), shardMemoryBudget)
+	return float64(total), float64(total + tls)
+}
+
+// ladderShape is what a ladder step's emulator sends each shard after
+// READY, and the bound on its last READY.
+type ladderShape struct {
+	// guilds is the number of guilds routed to each shard, one
+	// GUILD_CREATE each after READY: ladderGuildBytes of `d`, the last
+	// ladderLastGuildBytes, over the kernel's GW_SINK_REPORT (64 KiB), so
+	// that the node prints its sink line with the connection's totals
+	// once every GUILD_CREATE is in. The node's counts must equal the
+	// emulator's record of the connection. 0: the emulator's 4 guilds in
+	// all, no count check.
+	guilds int
+	// readyFloor, when > 0, bounds the time from the plan to the last
+	// READY the emulator sent at this multiple of the Identify floor
+	// ceil(n/mc) x 5 s (strict runs). The controller alone takes 1.05 x:
+	// its windows are 5.25 s, and a controller that just started waits a
+	// window before its first grant (as the lab's does, half a second
+	// before the node's plan), so the bound must leave room above that
+	// for the path's latency (claim, Identify, READY).
+	readyFloor float64
+}
+
+const (
+	ladderGuildBytes     = 4 << 10
+	ladderLastGuildBytes = 80 << 10
+)
+
 // ladderStep boots one node with n shards against an emulator with
 // max_concurrency mc and waits until every shard is READY (a connected
 // session that has heartbeated). It checks the time against the Identify
 // floor ceil(n/mc) windows of 5 s, logs the ratio, and wants zero
 // violations and exactly one Identify per shard.
-// ladderFigures are what a ladder step measured.
-type ladderFigures struct {
-	ready      time.Duration // plan to all READY
-	floorRatio float64       // ready / (ceil(n/mc) x 5 s)
-	jitter     time.Duration // worst first-heartbeat deviation from the formula
-	idlePct    float64       // share of the last node line spent halted
-	perShard   float64       // bytes a shard owns privately (the banner's sum)
-}
-
 func ladderStep(t testing.TB, subnet string, n, mc int) ladderFigures {
 	return ladderRun(t, subnet, n, mc, true)
 }
@@ -672,13 +738,29 @@ func ladderStep(t testing.TB, subnet string, n, mc int) ladderFigures {
 // ladderRun is ladderStep; strict=false measures without asserting the
 // time bound (and waits up to twice the floor).
 func ladderRun(t testing.TB, subnet string, n, mc int, strict bool) ladderFigures {
+	return ladderRunShape(t, subnet, n, mc, strict, ladderShape{})
+}
+
+// ladderRunShape is ladderRun against an emulator shaped by shape. The
+// node asks for compress=zlib-stream (the kernel's default); with guilds,
+// ladderCounts wants it on every connection.
+func ladderRunShape(t testing.TB, subnet string, n, mc int, strict bool, shape ladderShape) ladderFigures {
 	var fig ladderFigures
 	window := gatewayemu.DefaultIdentifyWindow
 	groups := (n + mc - 1) / mc
 	floor := time.Duration(groups) * window
 	ctx, cancel := context.WithTimeout(context.Background(), 2*floor+3*time.Minute)
 	defer cancel()
-	l := newGWLab(t, ctx, subnet, gatewayemu.Options{HeartbeatInterval: 5 * time.Second, Shards: n, MaxConcurrency: mc},
+	eo := gatewayemu.Options{HeartbeatInterval: 5 * time.Second, Shards: n, MaxConcurrency: mc}
+	if shape.guilds > 0 {
+		eo.Guilds = n * shape.guilds // consecutive timestamps: shape.guilds per shard
+		eo.GuildCreateBytes = make([]int, shape.guilds)
+		for k := range eo.GuildCreateBytes {
+			eo.GuildCreateBytes[k] = ladderGuildBytes
+		}
+		eo.GuildCreateBytes[shape.guilds-1] = ladderLastGuildBytes
+	}
+	l := newGWLab(t, ctx, subnet, eo,
 		"--total-shards", fmt.Sprint(n), "--lease", "30s", "--max-concurrency", fmt.Sprint(mc))
 	node := l.boot(fmt.Sprintf("ladder-%d", n), "virtio-net-pci", uint32(n))
 	if node.serial.waitFor(regexp.MustCompile(`plan: generation \d+, `+fmt.Sprint(n)+` of `), 60*time.Second) == nil {
@@ -700,6 +782,29 @@ func ladderRun(t testing.TB, subnet string, n, mc int, strict bool) ladderFigure
 	// the ratio above is against Discord's own 5 s.
 	if limit := time.Duration(groups)*controller.DefaultIdentifyWindow + 15*time.Second; strict && took > limit {
 		t.Errorf("all READY took %v, more than ceil(%d/%d) x %v + 15 s = %v", took, n, mc, controller.DefaultIdentifyWindow, limit)
+	}
+	// The last READY the emulator sent: it goes out with the accepted
+	// Identify. The wait above also needs a heartbeat on the session; the
+	// first may come before Identify (while the claim is pending) or up
+	// to an interval after it, by the jitter formula.
+	firstReady := time.Duration(-1)
+	for _, r := range l.emu.Identifies() {
+		if r.Session != "" {
+			fig.lastReady = max(fig.lastReady, r.Time.Sub(start))
+			if d := r.Time.Sub(start); firstReady < 0 || d < firstReady {
+				firstReady = d
+			}
+		}
+	}
+	fig.readyRatio = fig.lastReady.Seconds() / floor.Seconds()
+	t.Logf("READY sent from %v to %v after the plan: %.4f x the Identify floor %v (the controller's own floor, %d windows of %v from its start, is %.4f x)",
+		firstReady.Round(time.Millisecond), fig.lastReady.Round(time.Millisecond), fig.readyRatio, floor,
+		groups, controller.DefaultIdentifyWindow, float64(groups)*controller.DefaultIdentifyWindow.Seconds()/floor.Seconds())
+	if strict && shape.readyFloor > 0 && fig.readyRatio > shape.readyFloor {
+		t.Errorf("the last READY came %v after the plan, %.3f x the Identify floor %v, over %.2f", fig.lastReady, fig.readyRatio, floor, shape.readyFloor)
+	}
+	if shape.guilds > 0 {
+		ladderCounts(t, l, node, n, shape.guilds)
 	}
 	// The spacing of accepted Identifies per bucket: the controller's window
 	// is the floor; what is above it is claim polling and Identify latency.
@@ -758,11 +863,7 @@ func ladderRun(t testing.TB, subnet string, n, mc int, strict bool) ladderFigure
 		t.Errorf("first heartbeats measured on %d connections, want %d", measured, n)
 	}
 	fig.jitter = worst
-	if m := regexp.MustCompile(`memory per shard: .* = (\d+) bytes`).FindStringSubmatch(node.serial.String()); m != nil {
-		fmt.Sscan(m[1], &fig.perShard)
-	} else {
-		t.Error("no 'memory per shard' line in the banner")
-	}
+	fig.perShard, fig.perShardTLS = shardMemory(t, node.serial.String())
 	t.Logf("first heartbeat vs max(1, interval*((id %% 20)+1)/20): worst deviation %v over %d shards", worst.Round(time.Millisecond), measured)
 	// The idle share the node reports with every shard READY (two node
 	// lines later, so the whole interval was spent READY).
@@ -806,7 +907,7 @@ func BenchmarkKernelColdStart128(b *testing.B) {
 		sum.floorRatio += f.floorRatio
 		sum.jitter = max(sum.jitter, f.jitter)
 		sum.idlePct += f.idlePct
-		sum.perShard = f.perShard
+		sum.perShard, sum.perShardTLS = f.perShard, f.perShardTLS
 	}
 	n := float64(b.N)
 	b.ReportMetric(sum.ready.Seconds()/n, "s-to-all-READY")
@@ -814,6 +915,77 @@ func BenchmarkKernelColdStart128(b *testing.B) {
 	b.ReportMetric(float64(sum.jitter.Milliseconds()), "ms-worst-jitter")
 	b.ReportMetric(sum.idlePct/n, "%-idle-128-READY")
 	b.ReportMetric(sum.perShard, "bytes/shard")
+	b.ReportMetric(sum.perShardTLS, "bytes/shard-with-TLS")
+}
+
+// ladderSink is the kernel's sink line for a large dispatch: the shard,
+// the event, its bytes, then the connection's dispatches and their bytes
+// so far, and the payload bytes of its data frames (before inflate).
+var ladderSink = regexp.MustCompile(`shard (\d+): sink: (\S+) of (\d+) bytes; connection: (\d+) dispatches, (\d+) bytes, (\d+) on the wire`)
+
+// ladderCounts waits for every shard's sink line after its last
+// GUILD_CREATE (1 + guilds dispatches) and wants the node's dispatch and
+// byte counts equal to the emulator's record of the shard's connection,
+// which must be its only one and compressed with zlib-stream.
+func ladderCounts(t testing.TB, l *gwLab, node *gwNode, n, guilds int) {
+	t.Helper()
+	want := uint64(1 + guilds) // READY, then one GUILD_CREATE per guild
+	type counts struct{ events, bytes, wire uint64 }
+	var got map[int]counts
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		got = map[int]counts{}
+		for _, m := range ladderSink.FindAllStringSubmatch(node.serial.String(), -1) {
+			sh, _ := strconv.Atoi(m[1])
+			got[sh] = counts{mustU(m[4]), mustU(m[5]), mustU(m[6])}
+		}
+		done := 0
+		for sh := 0; sh < n; sh++ {
+			if got[sh].events >= want {
+				done++
+			}
+		}
+		if done == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("%d of %d shards printed their sink line after the last GUILD_CREATE", done, n)
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	conns := map[int][]gatewayemu.ConnStats{}
+	for _, c := range l.emu.State().Connections {
+		if c.Shard != nil {
+			conns[c.Shard[0]] = append(conns[c.Shard[0]], c)
+		}
+	}
+	var events, jsonBytes, wireBytes, emuWire uint64
+	bad := 0
+	for sh := 0; sh < n; sh++ {
+		cs := conns[sh]
+		if len(cs) != 1 {
+			t.Errorf("shard %d: %d emulator connections, want 1", sh, len(cs))
+			bad++
+			continue
+		}
+		c, k := cs[0], got[sh]
+		if !c.ZlibStream {
+			t.Errorf("shard %d: connection %d without compress=zlib-stream", sh, c.Conn)
+			bad++
+		}
+		if c.Dispatches != want || k.events != c.Dispatches || k.bytes != c.DispatchBytes {
+			t.Errorf("shard %d: the node counted %d dispatches, %d bytes; the emulator sent %d dispatches, %d bytes (want %d dispatches)",
+				sh, k.events, k.bytes, c.Dispatches, c.DispatchBytes, want)
+			bad++
+		}
+		events += k.events
+		jsonBytes += k.bytes
+		wireBytes += k.wire
+		emuWire += c.WireBytes
+	}
+	t.Logf("sink: %d shards' counts equal the emulator's (%d wrong): %d dispatches, %d bytes of JSON; %d payload bytes on the wire at the last GUILD_CREATE (the emulator has written %d in all, %.1f%% of the JSON)",
+		n-bad, bad, events, jsonBytes, wireBytes, emuWire, 100*float64(emuWire)/float64(max(jsonBytes, 1)))
 }
 
 // TestKernelGatewayLadder is the scaling ladder of seed 000 up to 16
@@ -829,7 +1001,12 @@ func TestKernelGatewayLadder(t *testing.T) {
 // TestKernelGatewayScale is the ladder's top (make test-scale): 128 shards
 // with max_concurrency 16 and then 1 (over eleven minutes: 128 Identify
 // windows), each within ceil(n/mc) controller windows plus 15 s, with zero
-// emulator violations and one Identify per shard.
+// emulator violations and one Identify per shard. The max_concurrency 16
+// step is a real bot's start: zlib-stream and 64 guilds per shard (a
+// GUILD_CREATE each after READY), its last READY within 1.06 x the
+// Identify floor (the controller's 5.25 s windows are 1.05 x of it), and
+// every shard's dispatch and byte counts equal to what the emulator sent
+// it.
 func TestKernelGatewayScale(t *testing.T) {
 	if os.Getenv("DPXE_SCALE") == "" {
 		t.Skip("set DPXE_SCALE=1 (make test-scale)")
@@ -837,9 +1014,14 @@ func TestKernelGatewayScale(t *testing.T) {
 	for _, step := range []struct {
 		n, mc  int
 		subnet string
-	}{{128, 16, "10.86.0"}, {128, 1, "10.85.0"}} {
-		t.Run(fmt.Sprintf("%d-shards-mc%d", step.n, step.mc), func(t *testing.T) {
-			ladderStep(t, step.subnet, step.n, step.mc)
+		shape  ladderShape
+	}{{128, 16, "10.86.0", ladderShape{guilds: 64, readyFloor: 1.06}}, {128, 1, "10.85.0", ladderShape{}}} {
+		name := fmt.Sprintf("%d-shards-mc%d", step.n, step.mc)
+		if step.shape.guilds > 0 {
+			name += fmt.Sprintf("-zlib-%d-guilds", step.shape.guilds)
+		}
+		t.Run(name, func(t *testing.T) {
+			ladderRunShape(t, step.subnet, step.n, step.mc, true, step.shape)
 		})
 	}
 }
