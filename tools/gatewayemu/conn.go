@@ -430,7 +430,12 @@ func (c *conn) heartbeat(d json.RawMessage) {
 			return
 		}
 	}
-	ack()
+	// The ACK waits for the connection's writer in its own goroutine: a
+	// large dispatch to a slow client may hold the writer for seconds, and
+	// the read loop must go on reading (and timing) the heartbeats that
+	// arrive meanwhile, as Discord's does. Waiting here made a heartbeat
+	// that arrived on time behind an 8 MiB GUILD_CREATE count as missed.
+	go ack()
 }
 
 // ackFrame is the constant Heartbeat ACK payload.

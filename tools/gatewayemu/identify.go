@@ -215,12 +215,18 @@ func (c *conn) admit(shard [2]int, guilds []uint64) {
 	e.counters.identifyAccepted.Add(1)
 
 	e.dispatch(s, "READY", e.readyData(s, c.version))
-	for k, g := range guilds {
-		e.dispatch(s, "GUILD_CREATE", e.guildCreate(k, g, s.created))
-	}
-	if e.opts.MessagesPerSecond > 0 {
-		go e.runMessages(s)
-	}
+	// The GUILD_CREATEs (up to megabytes each, to a client that may read
+	// slowly) and the message stream go out from their own goroutine: this
+	// is the read loop, and it must go on reading heartbeats meanwhile, as
+	// Discord does while it sends a large guild.
+	go func() {
+		for k, g := range guilds {
+			e.dispatch(s, "GUILD_CREATE", e.guildCreate(k, g, s.created))
+		}
+		if e.opts.MessagesPerSecond > 0 {
+			e.runMessages(s)
+		}
+	}()
 }
 
 // attachLocked registers s and attaches it to c. e.mu must be held.

@@ -1,0 +1,91 @@
+package gatewayemu
+
+import (
+	"context"
+	"net"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestHeartbeatsWhileALargeMessageWaits: a client that reads slowly keeps
+// the emulator's writer busy with an 8 MiB GUILD_CREATE for seconds, and
+// meanwhile sends its heartbeats on time. Discord reads them whatever it
+// is writing; so must the emulator: no missed_heartbeat, and every
+// heartbeat gets its ACK once the client reads again. (The emulator once
+// wrote each ACK from its read loop, so the loop waited behind the large
+// message and the next heartbeat, on time, was counted as missed: the
+// kernel's large-message test failed that way on a loaded machine.)
+func TestHeartbeatsWhileALargeMessageWaits(t *testing.T) {
+	o := fastOptions()
+	o.HeartbeatInterval = 400 * time.Millisecond // grace 100 ms
+	o.Guilds = 1
+	o.GuildCreateBytes = []int{8 << 20}
+	o.GuildMembers = 40_000
+	o.Seed = 7
+	emu := startEmu(t, o)
+	// A small receive buffer, so the emulator's write of the large
+	// message blocks for as long as this client does not read.
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		err := rc.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 16<<10) })
+		if err != nil {
+			return err
+		}
+		return serr
+	}}
+	dial := func(network, addr string) (net.Conn, error) {
+		return d.DialContext(context.Background(), network, addr)
+	}
+	addr := strings.TrimPrefix(emu.URL(), "ws://")
+	c, resp := rawDial(t, dial, addr, addr, "/?v=10&encoding=json")
+	if resp.StatusCode != 101 {
+		t.Fatalf("handshake status %d", resp.StatusCode)
+	}
+	if _, f := c.expect(); f.Op != OpHello {
+		t.Fatalf("first payload %v", f)
+	}
+	c.send(OpHeartbeat, nil)
+	c.send(OpIdentify, identifyPayload(emu, 0, 1))
+	for {
+		_, f := c.expect()
+		if f.Op == OpHeartbeatACK {
+			continue
+		}
+		if f.T == nil || *f.T != "READY" {
+			t.Fatalf("want READY, got %v", f)
+		}
+		break
+	}
+	// Not reading: 10 heartbeats, 200 ms apart (2 s, four times the
+	// deadline of 500 ms), while the GUILD_CREATE waits in the emulator's
+	// writer.
+	const beats = 10
+	tick := time.NewTicker(200 * time.Millisecond)
+	for i := range beats {
+		c.send(OpHeartbeat, 1)
+		if i < beats-1 {
+			<-tick.C
+		}
+	}
+	tick.Stop()
+	if v := emu.Violations(); len(v) != 0 {
+		t.Fatalf("heartbeats sent on time while a large message waited counted as violations: %+v", v)
+	}
+	// Read again: the GUILD_CREATE whole and an ACK for every heartbeat,
+	// in whatever order the writer took them.
+	acks, guild := 0, false
+	for acks < beats || !guild {
+		_, f := c.expect()
+		switch {
+		case f.Op == OpHeartbeatACK:
+			acks++
+		case f.T != nil && *f.T == "GUILD_CREATE" && len(f.D) == 8<<20:
+			guild = true
+		default:
+			t.Fatalf("unexpected payload %v (after %d ACKs, GUILD_CREATE %v)", f, acks, guild)
+		}
+	}
+	noViolations(t, emu)
+}
