@@ -24,6 +24,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -134,11 +135,13 @@ func TestKernelTLSGet(t *testing.T) {
 		body[i] = byte(rng.Uint32())
 	}
 	sum := sha256.Sum256(body)
+	var hellos helloLog // the ClientHello randoms the Go servers saw
 	serve := func(addr string, cert tls.Certificate, maxVersion uint16) {
 		ln, err := listenInNetns(ns.Name, addr)
 		if err != nil {
 			t.Fatal(err)
 		}
+		ln = &helloListener{Listener: ln, log: &hellos}
 		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path != "/api/v10/gateway" || r.Host != name {
 				http.Error(w, "wrong path or host "+r.URL.Path+" "+r.Host, http.StatusNotFound)
@@ -208,6 +211,19 @@ func TestKernelTLSGet(t *testing.T) {
 		{"unknown-root", "https://" + subnet + ".1:8444/api/v10/gateway," + name, "unknown_ca", "", false},
 		{"tls12-only", "https://" + subnet + ".1:8445/api/v10/gateway," + name, "protocol_version", "", false},
 	}
+	t.Cleanup(func() {
+		// every boot drew its own random (and x25519 key) from a seeded DRBG
+		seen := map[string]bool{}
+		for _, r := range hellos.randoms() {
+			if seen[r] {
+				t.Errorf("a ClientHello random repeated across boots: %s", r)
+			}
+			seen[r] = true
+		}
+		if len(seen) < 4 {
+			t.Errorf("%d ClientHello randoms recorded, want one per boot against a Go server (4)", len(seen))
+		}
+	})
 	for i, c := range cases {
 		if strings.HasPrefix(c.label, "openssl") && !haveOpenSSL {
 			continue
@@ -277,4 +293,53 @@ func TestKernelTLSGet(t *testing.T) {
 			}
 		})
 	}
+}
+
+// helloLog keeps the Random of each ClientHello a helloListener's
+// connections began with.
+type helloLog struct {
+	mu   sync.Mutex
+	seen []string
+}
+
+func (h *helloLog) randoms() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.seen...)
+}
+
+type helloListener struct {
+	net.Listener
+	log *helloLog
+}
+
+func (l *helloListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return c, err
+	}
+	return &helloConn{Conn: c, log: l.log}, nil
+}
+
+// helloConn records the first 43 bytes read (record header 5, handshake
+// header 4, legacy_version 2, Random 32) and logs the Random.
+type helloConn struct {
+	net.Conn
+	log  *helloLog
+	head []byte
+	done bool
+}
+
+func (c *helloConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if !c.done {
+		c.head = append(c.head, p[:n]...)
+		if len(c.head) >= 43 {
+			c.done = true
+			c.log.mu.Lock()
+			c.log.seen = append(c.log.seen, hex.EncodeToString(c.head[11:43]))
+			c.log.mu.Unlock()
+		}
+	}
+	return n, err
 }
