@@ -55,6 +55,7 @@ type BootConfig struct {
 	Seed        uint32 // seed=, PRNG seed of the differential self-test
 	StaticIP    string // ip=, A.B.C.D/NN[,GW]: a static address instead of DHCP (see ParseStaticIP)
 	TCPTest     string // tcptest=, A.B.C.D:PORT[,BYTES]: the kernel's TCP client test (see ParseTCPTestSpec)
+	TLSGet      string // tlsget=, https://A.B.C.D[:PORT]/PATH[,NAME]: the kernel's HTTPS diagnostic (see ParseTLSGet)
 
 	HasShards, HasTotalShards, HasCapacity, HasSeed bool
 }
@@ -161,6 +162,13 @@ var bootKeys = []bootKey{
 		n, err := parseBounded(v, 0, 1)
 		c.NoZlib = err == nil && n == 0
 		return err
+	}},
+	{"tlsget", "HTTPS diagnostic: https://A.B.C.D[:PORT]/PATH[,NAME] fetched once over the kernel's TLS 1.3 client (NAME: the SNI and the name the certificate must carry), one verdict line, then power off; never checks in", func(c *BootConfig, v string) error {
+		if _, err := ParseTLSGet(v); err != nil {
+			return err
+		}
+		c.TLSGet = v
+		return nil
 	}},
 }
 
@@ -460,6 +468,9 @@ func (c BootConfig) String() string {
 	if c.NoZlib {
 		add("zlib", "0")
 	}
+	if c.TLSGet != "" {
+		add("tlsget", c.TLSGet)
+	}
 	return strings.Join(parts, " ")
 }
 
@@ -518,5 +529,7 @@ func (c *BootConfig) clear(key string) {
 		c.CryptoTest = false
 	case "zlib":
 		c.NoZlib = false
+	case "tlsget":
+		c.TLSGet = ""
 	}
 }

@@ -250,6 +250,12 @@ func configCases(seed uint32) [][]byte {
 		"node=a\x01", "\x7fnode=a", "node=a\x00garbage=1", "initrd=initrd node=a", "node=\xc3\xa9", "node=a \x0b",
 		"node=a#b", "#x node=a\nnode=b", "node=a\n#\n#\nseed=5 seed=6", "initrd=a initrd=b",
 		"node=a " + strings.Repeat(" ", 4100), "node=a #" + strings.Repeat("x", 4096-8),
+		"tlsget=https://1.2.3.4/", "tlsget=https://1.2.3.4:443/api/v10/gateway,discord.com", "tlsget=https://1.2.3.4:65535/x",
+		"tlsget=https://1.2.3.4:65536/x", "tlsget=https://1.2.3.4:0/", "tlsget=https://1.2.3.4:0443/", "tlsget=https://1.2.3.4:/",
+		"tlsget=https://1.2.3.4:123456/", "tlsget=https://1.2.3.4", "tlsget=https://1.2.3.4:80", "tlsget=http://1.2.3.4/",
+		"tlsget=https://discord.com/", "tlsget=https://01.2.3.4/", "tlsget=https://1.2.3.4/,", "tlsget=https://1.2.3.4/,a,b",
+		"tlsget=https://1.2.3.4x/", "tlsget=https://1.2.3.4/" + a(1023), "tlsget=https://1.2.3.4/" + a(1024),
+		"tlsget=https://1.2.3.4/," + a(253), "tlsget=https://1.2.3.4/," + a(254), "tlsget=https://1.2.3.4/a=b?c,n.test",
 	}
 	cases := make([][]byte, 0, 400)
 	for _, h := range hand {

@@ -1,0 +1,30 @@
+package appliance
+
+import "testing"
+
+func TestParseTLSGet(t *testing.T) {
+	good := map[string]TLSGetSpec{
+		"https://10.0.2.2/":                                   {Path: "/", Name: "10.0.2.2"},
+		"https://10.0.2.2:8443/api/v10/gateway":               {Path: "/api/v10/gateway", Name: "10.0.2.2"},
+		"https://162.159.128.233/api/v10/gateway,discord.com": {Path: "/api/v10/gateway", Name: "discord.com"},
+	}
+	for v, want := range good {
+		got, err := ParseTLSGet(v)
+		if err != nil || got.Path != want.Path || got.Name != want.Name {
+			t.Errorf("ParseTLSGet(%q) = %+v, %v; want %+v", v, got, err, want)
+		}
+	}
+	if s, _ := ParseTLSGet("https://10.0.2.2:8443/x"); s.Server.Port() != 8443 {
+		t.Errorf("port %d", s.Server.Port())
+	}
+	if s, _ := ParseTLSGet("https://10.0.2.2/x"); s.Server.Port() != 443 {
+		t.Errorf("default port %d", s.Server.Port())
+	}
+	for _, v := range []string{"", "http://10.0.2.2/", "https://10.0.2.2", "https://10.0.2.2:/", "https://10.0.2.2:0/",
+		"https://10.0.2.2:08443/", "https://10.0.2.2:65536/", "https://10.0.2.2:123456/", "https://10.0.2.2x/",
+		"https://10.0.2.2/,", "https://10.0.2.2/,a,b", "https://010.0.2.2/", "https://discord.com/"} {
+		if _, err := ParseTLSGet(v); err == nil {
+			t.Errorf("ParseTLSGet(%q) accepted", v)
+		}
+	}
+}

@@ -1,0 +1,345 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	mrand "math/rand/v2"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/discord-pxe/dpxe/appliance"
+	"github.com/discord-pxe/dpxe/image"
+	"github.com/discord-pxe/dpxe/image/qemu"
+	"github.com/discord-pxe/dpxe/kernel"
+	"github.com/discord-pxe/dpxe/tools/netns"
+)
+
+// tlsgetCA is one test certificate authority: a P-384 root, an
+// ECDSA-SHA384 intermediate (P-384) and a P-256 leaf for name.
+type tlsgetCA struct {
+	rootPEM  []byte
+	chain    tls.Certificate // leaf, intermediate
+	leafPEM  []byte
+	interPEM []byte
+	keyPEM   []byte
+}
+
+func newTLSGetCA(t *testing.T, rootName, name string) tlsgetCA {
+	t.Helper()
+	now := time.Now()
+	mk := func(tmpl, parent *x509.Certificate, pub, priv any) (*x509.Certificate, []byte) {
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, pub, priv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := x509.ParseCertificate(der)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, der
+	}
+	rootKey, _ := ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
+	interKey, _ := ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
+	leafKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca := func(serial int64, cn string) *x509.Certificate {
+		return &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
+			NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
+			KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign}
+	}
+	rootT := ca(1, rootName)
+	root, rootDER := mk(rootT, rootT, &rootKey.PublicKey, rootKey)
+	inter, interDER := mk(ca(2, "tlsget test intermediate"), root, &interKey.PublicKey, rootKey)
+	leafT := &x509.Certificate{SerialNumber: big.NewInt(3), Subject: pkix.Name{CommonName: name}, DNSNames: []string{name},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	_, leafDER := mk(leafT, inter, &leafKey.PublicKey, interKey)
+	if inter.SignatureAlgorithm != x509.ECDSAWithSHA384 {
+		t.Fatalf("intermediate signed with %v", inter.SignatureAlgorithm)
+	}
+	keyDER, _ := x509.MarshalECPrivateKey(leafKey)
+	p := func(typ string, b []byte) []byte { return pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b}) }
+	return tlsgetCA{
+		rootPEM:  p("CERTIFICATE", rootDER),
+		chain:    tls.Certificate{Certificate: [][]byte{leafDER, interDER}, PrivateKey: leafKey},
+		leafPEM:  p("CERTIFICATE", leafDER),
+		interPEM: p("CERTIFICATE", interDER),
+		keyPEM:   p("EC PRIVATE KEY", keyDER),
+	}
+}
+
+var tlsgetLine = regexp.MustCompile(`tlsget: (ok status=(\d+) bytes=(\d+) sha256=([0-9a-f]{64}) version=TLS1\.3 suite=(\S+) group=(\S+) sig=(\S+) chain=(\d+)|refused reason=(\S+))\r?\n`)
+
+// TestKernelTLSGet builds an image whose only trust anchor is a test
+// P-384 root (dpxe build --trust, image.Build here) and boots it with
+// tlsget= in a namespace, once per peer: a Go crypto/tls server (P-256
+// leaf under an ECDSA-SHA384 intermediate under the root) whose body's
+// SHA-256 the kernel must print; openssl s_server -tls1_3 -www with the
+// same chain, once with ChaCha20-Poly1305 only and once with AES-128-GCM only; and refusals: a name the leaf
+// does not carry (name_mismatch), a chain under another root
+// (unknown_ca), a TLS 1.2-only server (protocol_version). Each boot must
+// print one verdict line and end QEMU through isa-debug-exit, pass or fail
+// as the verdict.
+func TestKernelTLSGet(t *testing.T) {
+	if err := netns.Available(); err != nil {
+		t.Skip(err)
+	}
+	needQEMU(t, qemu.SeaBIOS)
+	ctx, cancel := context.WithTimeout(context.Background(), 110*time.Second)
+	defer cancel()
+
+	const name = "tls.test"
+	good := newTLSGetCA(t, "tlsget test root", name)
+	other := newTLSGetCA(t, "tlsget other root", name)
+	dir := t.TempDir()
+	start := time.Now()
+	if _, err := image.Build(ctx, image.Options{Sources: kernel.Sources, OutDir: dir,
+		Trust: []image.TrustSource{{Name: "tlsget-test-root", PEM: good.rootPEM}}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("test image with the test root as its only anchor: %v", time.Since(start).Round(time.Millisecond))
+
+	subnet := "10.77.93"
+	ns, err := netns.New(ctx, netip.MustParsePrefix(subnet+".1/24"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	if err := ns.AddTap(ctx, "tap0"); err != nil {
+		t.Fatal(err)
+	}
+
+	body := make([]byte, 40000) // several records
+	rng := mrand.New(mrand.NewPCG(17, 4))
+	for i := range body {
+		body[i] = byte(rng.Uint32())
+	}
+	sum := sha256.Sum256(body)
+	var hellos helloLog // the ClientHello randoms the Go servers saw
+	serve := func(addr string, cert tls.Certificate, maxVersion uint16) {
+		ln, err := listenInNetns(ns.Name, addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln = &helloListener{Listener: ln, log: &hellos}
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/api/v10/gateway" || r.Host != name {
+				http.Error(w, "wrong path or host "+r.URL.Path+" "+r.Host, http.StatusNotFound)
+				return
+			}
+			w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+			w.Write(body)
+		}), TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MaxVersion: maxVersion}, ErrorLog: nil}
+		go srv.ServeTLS(ln, "", "")
+		t.Cleanup(func() { srv.Close() })
+	}
+	serve(subnet+".1:8443", good.chain, 0)
+	serve(subnet+".1:8444", other.chain, 0)
+	serve(subnet+".1:8445", good.chain, tls.VersionTLS12)
+
+	// openssl s_server -www with the good chain, ChaCha20-Poly1305 only
+	for _, f := range []struct {
+		n string
+		b []byte
+	}{{"leaf.pem", good.leafPEM}, {"inter.pem", good.interPEM}, {"leaf.key", good.keyPEM}} {
+		if err := os.WriteFile(filepath.Join(dir, f.n), f.b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	haveOpenSSL := false
+	openssl := func(port, suite string) {
+		cmd := ns.Command(ctx, "openssl", "s_server", "-quiet", "-accept", subnet+".1:"+port, "-tls1_3", "-www",
+			"-cert", filepath.Join(dir, "leaf.pem"), "-key", filepath.Join(dir, "leaf.key"),
+			"-cert_chain", filepath.Join(dir, "inter.pem"), "-ciphersuites", suite)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Cancel(); cmd.Wait() })
+		for i := 0; i < 100; i++ { // bounded: until it listens
+			err := inNetns(ns.Name, func() error {
+				c, err := net.DialTimeout("tcp4", subnet+".1:"+port, time.Second)
+				if err == nil {
+					c.Close()
+				}
+				return err
+			})
+			if err == nil {
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Fatalf("openssl s_server did not listen: %s", out.String())
+	}
+	if _, err := exec.LookPath("openssl"); err == nil {
+		openssl("8446", "TLS_CHACHA20_POLY1305_SHA256")
+		openssl("8447", "TLS_AES_128_GCM_SHA256")
+		haveOpenSSL = true
+	} else {
+		t.Log("no openssl: its cases are skipped")
+	}
+
+	cases := []struct {
+		label, url, reason, suite string
+		checkBody                 bool
+	}{
+		{"go", "https://" + subnet + ".1:8443/api/v10/gateway," + name, "", "", true},
+		{"openssl-chacha", "https://" + subnet + ".1:8446/," + name, "", "TLS_CHACHA20_POLY1305_SHA256", false},
+		{"openssl-aes", "https://" + subnet + ".1:8447/," + name, "", "TLS_AES_128_GCM_SHA256", false},
+		{"wrong-name", "https://" + subnet + ".1:8443/api/v10/gateway,other.test", "name_mismatch", "", false},
+		{"unknown-root", "https://" + subnet + ".1:8444/api/v10/gateway," + name, "unknown_ca", "", false},
+		{"tls12-only", "https://" + subnet + ".1:8445/api/v10/gateway," + name, "protocol_version", "", false},
+	}
+	t.Cleanup(func() {
+		// every boot drew its own random (and x25519 key) from a seeded DRBG
+		seen := map[string]bool{}
+		for _, r := range hellos.randoms() {
+			if seen[r] {
+				t.Errorf("a ClientHello random repeated across boots: %s", r)
+			}
+			seen[r] = true
+		}
+		if len(seen) < 4 {
+			t.Errorf("%d ClientHello randoms recorded, want one per boot against a Go server (4)", len(seen))
+		}
+	})
+	for i, c := range cases {
+		if strings.HasPrefix(c.label, "openssl") && !haveOpenSSL {
+			continue
+		}
+		t.Run(c.label, func(t *testing.T) {
+			cfg := appliance.BootConfig{NodeID: "tlsget", StaticIP: subnet + ".50/24," + subnet + ".1", TLSGet: c.url}
+			res, err := qemu.Run(ctx, qemu.Options{
+				Firmware: qemu.SeaBIOS,
+				Kernel:   filepath.Join(dir, image.KernelFile),
+				Append:   cfg.String(),
+				Net: []string{"-netdev", "tap,id=n0,ifname=tap0,script=no,downscript=no",
+					"-device", fmt.Sprintf("virtio-net-pci,netdev=n0,mac=52:54:00:93:%02x:50", i)},
+				Wrapper: ns.Wrapper(),
+				Timeout: 30 * time.Second,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s: %v", c.label, res.Elapsed.Round(time.Millisecond))
+			if t.Failed() {
+				return
+			}
+			defer func() {
+				if t.Failed() {
+					t.Logf("serial console:\n%s", res.Serial)
+				}
+			}()
+			if !regexp.MustCompile(`tlsget: connecting to \S+ name=\S+ time=\d+ \(cmos rtc\) anchors=1 drbg=seeded`).MatchString(res.Serial) {
+				t.Errorf("no connecting line naming the time source")
+			}
+			all := tlsgetLine.FindAllStringSubmatch(res.Serial, -1)
+			if len(all) != 1 {
+				t.Fatalf("%d verdict lines, want 1", len(all))
+			}
+			m := all[0]
+			if c.reason != "" {
+				if m[9] != c.reason {
+					t.Errorf("verdict %q, want refused reason=%s", m[1], c.reason)
+				}
+				if res.ExitCode != qemu.ExitFail {
+					t.Errorf("QEMU exit %d, want the fail verdict %d", res.ExitCode, qemu.ExitFail)
+				}
+				return
+			}
+			if m[9] != "" || m[2] != "200" {
+				t.Fatalf("verdict %q, want ok status=200", m[1])
+			}
+			if !res.Passed() {
+				t.Errorf("QEMU exit %d, want the pass verdict", res.ExitCode)
+			}
+			if m[6] != "x25519" {
+				t.Errorf("group %s", m[6])
+			}
+			if m[7] != "ecdsa_secp256r1_sha256" {
+				t.Errorf("sig %s, want ecdsa_secp256r1_sha256 (the P-256 leaf)", m[7])
+			}
+			if m[8] != "2" {
+				t.Errorf("chain=%s, want 2 (leaf and intermediate; the anchor is not counted)", m[8])
+			}
+			if c.suite != "" && m[5] != c.suite {
+				t.Errorf("suite %s, want %s", m[5], c.suite)
+			}
+			if c.checkBody {
+				if m[3] != strconv.Itoa(len(body)) || m[4] != hex.EncodeToString(sum[:]) {
+					t.Errorf("body bytes=%s sha256=%s, want %d %x", m[3], m[4], len(body), sum)
+				}
+			}
+		})
+	}
+}
+
+// helloLog keeps the Random of each ClientHello a helloListener's
+// connections began with.
+type helloLog struct {
+	mu   sync.Mutex
+	seen []string
+}
+
+func (h *helloLog) randoms() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.seen...)
+}
+
+type helloListener struct {
+	net.Listener
+	log *helloLog
+}
+
+func (l *helloListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return c, err
+	}
+	return &helloConn{Conn: c, log: l.log}, nil
+}
+
+// helloConn records the first 43 bytes read (record header 5, handshake
+// header 4, legacy_version 2, Random 32) and logs the Random.
+type helloConn struct {
+	net.Conn
+	log  *helloLog
+	head []byte
+	done bool
+}
+
+func (c *helloConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if !c.done {
+		c.head = append(c.head, p[:n]...)
+		if len(c.head) >= 43 {
+			c.done = true
+			c.log.mu.Lock()
+			c.log.seen = append(c.log.seen, hex.EncodeToString(c.head[11:43]))
+			c.log.mu.Unlock()
+		}
+	}
+	return n, err
+}
