@@ -23,6 +23,7 @@ import (
 	"github.com/discord-pxe/dpxe/appliance"
 	"github.com/discord-pxe/dpxe/fleet/api"
 	"github.com/discord-pxe/dpxe/fleet/store/pgtest"
+	"github.com/discord-pxe/dpxe/internal/freeport"
 	_ "github.com/jackc/pgx/v5/stdlib" // pg_terminate_backend from the test
 )
 
@@ -69,14 +70,18 @@ func (c *haCluster) args(i int) []string {
 }
 
 // start starts replica i, on the port of its previous run if any: an
-// operator's replica keeps its advertised URL across restarts.
+// operator's replica keeps its advertised URL across restarts. The port
+// comes from freeport, outside the kernel's ephemeral range, so nothing
+// else takes it while the replica is down.
 func (c *haCluster) start(i int) {
 	c.t.Helper()
-	args := c.args(i)
-	if c.addr[i] != "" {
-		args = append(args, "--listen", c.addr[i])
+	c.mu.Lock()
+	if c.addr[i] == "" {
+		c.addr[i] = freeport.Addr(c.t)
 	}
-	p := startServe(c.t, c.bin, args...)
+	addr := c.addr[i]
+	c.mu.Unlock()
+	p := startServe(c.t, c.bin, append(c.args(i), "--listen", addr)...)
 	c.mu.Lock()
 	c.addr[i] = strings.TrimPrefix(p.url, "http://")
 	c.procs[i] = p

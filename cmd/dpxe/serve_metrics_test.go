@@ -4,13 +4,14 @@ import (
 	"bytes"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/discord-pxe/dpxe/internal/freeport"
 )
 
 // TestMetricsNodeSeriesConfig: without --metrics-node-series the node
@@ -62,12 +63,7 @@ func TestServeNetbootMetrics(t *testing.T) {
 	}
 	// The operator listener on 127.0.0.2, the boot one on lo's 127.0.0.1
 	// at the same port (dpxe serve refuses --listen on the boot address).
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-	ln.Close()
+	port := strconv.Itoa(freeport.Port(t))
 	p := startServe(t, bin, "--db", filepath.Join(dir, "var", "dpxe.db"), "--no-dashboard", "--listen", "127.0.0.2:"+port,
 		"--interface", "lo", "--dhcp", "off", "--tftp", "off", "--boot-dir", boot, "--ipxe-dir", dir)
 	defer p.stop(t)

@@ -23,6 +23,7 @@ import (
 	"github.com/discord-pxe/dpxe/fleet/netboot"
 	"github.com/discord-pxe/dpxe/fleet/netboot/dhcp"
 	"github.com/discord-pxe/dpxe/fleet/netboot/stats"
+	"github.com/discord-pxe/dpxe/internal/freeport"
 )
 
 // TestNetbootCounters drives real exchanges with the netboot services over
@@ -88,7 +89,7 @@ func TestNetbootCounters(t *testing.T) {
 		t.Fatal(err)
 	}
 	inv := f.st.Netboot()
-	tftpAddr, httpAddr := freeAddr(t, "udp4"), freeAddr(t, "tcp4")
+	tftpAddr, httpAddr := freeport.Addr(t), freeport.Addr(t)
 	s, err := netboot.New(ctx, netboot.Config{ServerIP: lo, TFTPAddr: tftpAddr, HTTPAddr: httpAddr, BootDir: dir,
 		IPXEDir: t.TempDir(), Controller: "http://127.0.0.1:9", Stats: counters}, inv, inv)
 	if err != nil {
@@ -191,25 +192,6 @@ func TestNetbootCounters(t *testing.T) {
 			t.Fatal("a service did not stop")
 		}
 	}
-}
-
-// freeAddr returns a free loopback address for network (udp4 or tcp4).
-func freeAddr(t *testing.T, network string) string {
-	t.Helper()
-	if network == "udp4" {
-		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		return c.LocalAddr().String()
-	}
-	l, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 func grepLines(text, prefix string) string {

@@ -16,25 +16,8 @@ import (
 
 	"github.com/discord-pxe/dpxe/fleet/netboot/inventory"
 	"github.com/discord-pxe/dpxe/fleet/store"
+	"github.com/discord-pxe/dpxe/internal/freeport"
 )
-
-func freePort(t *testing.T, network string) int {
-	t.Helper()
-	if network == "udp4" {
-		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		return c.LocalAddr().(*net.UDPAddr).Port
-	}
-	l, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
 
 func TestServeTFTPAndHTTP(t *testing.T) {
 	dir := t.TempDir()
@@ -45,7 +28,7 @@ func TestServeTFTPAndHTTP(t *testing.T) {
 	}
 	defer st.Close()
 	inv := st.Netboot()
-	tport, hport := freePort(t, "udp4"), freePort(t, "tcp4")
+	tport, hport := freeport.Port(t), freeport.Port(t)
 	cfg := Config{
 		ServerIP: netip.MustParseAddr("127.0.0.1"),
 		TFTPAddr: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(tport)).String(),

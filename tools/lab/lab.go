@@ -29,6 +29,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -38,6 +39,7 @@ import (
 
 	"github.com/discord-pxe/dpxe/fleet/events/natsauth"
 	"github.com/discord-pxe/dpxe/image/qemu"
+	"github.com/discord-pxe/dpxe/internal/freeport"
 	"github.com/discord-pxe/dpxe/tools/netns"
 )
 
@@ -630,15 +632,29 @@ func (l *Lab) hostForwarders() (*forwarder, *forwarder, error) {
 }
 
 // freeHostAddr resolves port 0 of addr to a free port (simulated mode,
-// where the children listen on the host themselves).
+// where the children listen on the host themselves), and checks that a
+// given port is free now. Port 0 becomes a port below the kernel's
+// ephemeral range (freeport): a ":0" port closed and handed on could be
+// taken by the next ":0" bind or an outgoing connection before the child
+// binds it.
 func freeHostAddr(addr string) (string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", err
+	}
+	if port == "0" {
+		p, err := freeport.Get()
+		if err != nil {
+			return "", err
+		}
+		addr = net.JoinHostPort(host, strconv.Itoa(p))
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", err
 	}
-	a := ln.Addr().String()
 	ln.Close()
-	return a, nil
+	return addr, nil
 }
 
 // startNetns starts the namespace lab.

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +18,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+
+	"github.com/discord-pxe/dpxe/internal/freeport"
 )
 
 // readyTimeout bounds the wait for each server to accept clients.
@@ -51,22 +52,6 @@ func (c *Cluster) Stop(name string) bool {
 	return false
 }
 
-// freePorts returns n loopback ports that were free a moment ago (the
-// route ports must be known before any server starts).
-func freePorts(t testing.TB, n int) []int {
-	t.Helper()
-	var ports []int
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-		ln.Close()
-	}
-	return ports
-}
-
 func routes(ports []int) []string {
 	var r []string
 	for _, p := range ports {
@@ -79,7 +64,7 @@ func routes(ports []int) []string {
 // prefix1..prefix3, each on its own file store.
 func StartEmbedded(t testing.TB, prefix string) *Cluster {
 	t.Helper()
-	ports := freePorts(t, 3)
+	ports := freeport.Ports(t, 3)
 	rs := strings.Join(routes(ports), ",")
 	c := &Cluster{}
 	var servers []*server.Server
@@ -100,7 +85,7 @@ func StartEmbedded(t testing.TB, prefix string) *Cluster {
 	}
 	for i, s := range servers {
 		if !s.ReadyForConnections(readyTimeout) {
-			t.Fatalf("cluster server %s not ready", c.Names[i])
+			t.Fatalf("cluster server %s not ready within %s (route ports %v)", c.Names[i], readyTimeout, ports)
 		}
 		c.URLs = append(c.URLs, s.ClientURL())
 	}
@@ -116,7 +101,7 @@ func StartProcesses(t testing.TB, bin, prefix string) *Cluster {
 	if _, err := os.Stat(bin); err != nil {
 		t.Skipf("no %s (apt-get install nats-server): %v", bin, err)
 	}
-	ports := freePorts(t, 3)
+	ports := freeport.Ports(t, 3)
 	var quoted []string
 	for _, r := range routes(ports) {
 		quoted = append(quoted, `"`+r+`"`)

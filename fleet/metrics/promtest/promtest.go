@@ -8,7 +8,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -17,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/discord-pxe/dpxe/internal/freeport"
 )
 
 // ScrapeInterval is the scrape interval of the server; waits on it should
@@ -63,7 +64,7 @@ func Start(t testing.TB, jobs ...Job) *Server {
 	if err := os.WriteFile(cfgFile, []byte(cfg.String()), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s := &Server{addr: freeLoopbackPort(t), log: filepath.Join(dir, "prometheus.log")}
+	s := &Server{addr: freeport.Addr(t), log: filepath.Join(dir, "prometheus.log")}
 	logFile, err := os.Create(s.log)
 	if err != nil {
 		t.Fatal(err)
@@ -87,19 +88,6 @@ func Start(t testing.TB, jobs ...Job) *Server {
 func (s *Server) Log() string {
 	b, _ := os.ReadFile(s.log)
 	return string(b)
-}
-
-// freeLoopbackPort returns a loopback address with a port that was free a
-// moment ago (Prometheus cannot report the port it chose for :0).
-func freeLoopbackPort(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
 }
 
 // Query asks the query API for an instant vector of at most one sample

@@ -19,7 +19,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -33,6 +32,8 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
+
+	"github.com/discord-pxe/dpxe/internal/freeport"
 )
 
 // ErrNotInstalled is returned by Start when no PostgreSQL server binaries
@@ -118,7 +119,7 @@ func Start(ctx context.Context) (*Server, error) {
 	if out, err := initdb.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("pgtest: initdb: %w\n%s", err, out)
 	}
-	if s.port, err = freePort(); err != nil {
+	if s.port, err = freeport.Get(); err != nil {
 		return nil, err
 	}
 	logf, err := os.Create(filepath.Join(dir, "server.log"))
@@ -143,16 +144,6 @@ func Start(ctx context.Context) (*Server, error) {
 	}
 	ok = true
 	return s, nil
-}
-
-// freePort returns a loopback TCP port nobody listens on now.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("pgtest: free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // URL returns the address of database name on s.
