@@ -210,6 +210,16 @@ func CheckDashboard(t testing.TB, s *Server, file, job string, keep func(expr st
 	}
 }
 
-// IsNetbootQuery reports whether a dashboard query reads the netboot
-// services' metrics, which exist only when dpxe serve runs them.
-func IsNetbootQuery(expr string) bool { return strings.Contains(expr, "dpxe_netboot_") }
+// Reads returns a CheckDashboard filter keeping the queries that read a
+// metric whose name starts with one of prefixes (e.g. "dpxe_netboot_",
+// which exist only when dpxe serve runs its netboot services).
+func Reads(prefixes ...string) func(expr string) bool {
+	return func(expr string) bool {
+		for _, p := range prefixes {
+			if strings.Contains(expr, p) {
+				return true
+			}
+		}
+		return false
+	}
+}
