@@ -20,7 +20,6 @@ import (
 	"github.com/discord-pxe/dpxe/fleet/events"
 	"github.com/discord-pxe/dpxe/fleet/events/embedded"
 	"github.com/discord-pxe/dpxe/fleet/events/natsauth"
-	"github.com/discord-pxe/dpxe/fleet/metrics"
 )
 
 // The events part of `dpxe serve` (docs/events.md): an embedded NATS
@@ -300,7 +299,7 @@ func attachEvents(ctx context.Context, app *fleetApp, log *slog.Logger) (func(co
 		stop()
 		return nil, err
 	}
-	app.api.Metrics().SetEvents(func(ctx context.Context) metrics.EventsState { return readEventsState(ctx, nc, st) })
+	app.api.Metrics().SetEvents(func(ctx context.Context) events.StreamState { return events.ReadStreamState(ctx, nc, st) })
 	log.Info("events", "nats", where, "embedded", srv != nil, "stream", st.CachedInfo().Config.Name,
 		"subjects", st.CachedInfo().Config.Subjects[0], "duplicate_window", time.Duration(e.EventsDupWindow), "auth", e.NATSAuth)
 	return func(ctx context.Context) error {
@@ -403,28 +402,4 @@ func nodeNATSURLs(addr net.Addr) []string {
 		urls = urls[:appliance.MaxNATSURLs]
 	}
 	return urls
-}
-
-// readEventsState is the event stream's state for a metrics scrape: serve's
-// connection, and the stream's size and consumers when the broker answers
-// within ctx.
-func readEventsState(ctx context.Context, nc *nats.Conn, st jetstream.Stream) metrics.EventsState {
-	out := metrics.EventsState{Connected: nc.IsConnected()}
-	if !out.Connected {
-		return out
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		return out
-	}
-	var cs []metrics.EventsConsumer
-	lister := st.ListConsumers(ctx)
-	for ci := range lister.Info() {
-		cs = append(cs, metrics.EventsConsumer{Name: ci.Name, Pending: ci.NumPending, Unacked: uint64(max(ci.NumAckPending, 0))})
-	}
-	if lister.Err() != nil {
-		return out
-	}
-	out.StreamRead, out.Messages, out.Bytes, out.Consumers = true, info.State.Msgs, info.State.Bytes, cs
-	return out
 }

@@ -5,31 +5,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/discord-pxe/dpxe/fleet/events"
 )
-
-// EventsState is the event stream as dpxe serve sees it at a scrape: its
-// NATS connection and, when the stream could be read, its size and each
-// bot service's consumer lag.
-type EventsState struct {
-	Connected bool // serve's own NATS connection is up
-	// StreamRead: Messages, Bytes and Consumers below were read (false:
-	// the broker did not answer within the scrape's bound).
-	StreamRead      bool
-	Messages, Bytes uint64
-	Consumers       []EventsConsumer
-}
-
-// EventsConsumer is one durable consumer of the event stream (a bot
-// service): Pending are stored and not yet delivered, Unacked delivered
-// and not yet acknowledged; their sum is its lag in events.
-type EventsConsumer struct {
-	Name             string
-	Pending, Unacked uint64
-}
 
 // EventsSource reads the event stream's state; ctx bounds the broker's
 // answer.
-type EventsSource func(ctx context.Context) EventsState
+type EventsSource func(ctx context.Context) events.StreamState
 
 // EventsReadTimeout bounds an EventsSource's reads during one scrape.
 const EventsReadTimeout = 2 * time.Second
@@ -57,18 +39,27 @@ func (m *Metrics) SetEvents(src EventsSource) {
 	m.events.Store(&src)
 }
 
-// collectEvents exports the event stream's state, when a source is set.
-func (m *Metrics) collectEvents(ch chan<- prometheus.Metric) {
+// Events reads the event stream's state within EventsReadTimeout; false
+// when serve delivers no events.
+func (m *Metrics) Events(ctx context.Context) (events.StreamState, bool) {
 	p := m.events.Load()
 	if p == nil {
+		return events.StreamState{}, false
+	}
+	ctx, cancel := context.WithTimeout(ctx, EventsReadTimeout)
+	defer cancel()
+	return (*p)(ctx), true
+}
+
+// collectEvents exports the event stream's state, when a source is set.
+func (m *Metrics) collectEvents(ch chan<- prometheus.Metric) {
+	st, ok := m.Events(context.Background())
+	if !ok {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), EventsReadTimeout)
-	defer cancel()
-	st := (*p)(ctx)
 	ch <- gauge(descEvConnected, boolf(st.Connected))
-	ch <- gauge(descEvRead, boolf(st.StreamRead))
-	if !st.StreamRead {
+	ch <- gauge(descEvRead, boolf(st.Read))
+	if !st.Read {
 		return
 	}
 	ch <- gauge(descEvMessages, float64(st.Messages))
