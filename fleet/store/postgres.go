@@ -127,3 +127,11 @@ func isPostgresConstraint(err error, c constraint) bool {
 	}
 	return false
 }
+
+// isPostgresRetryable reports whether err is PostgreSQL failing a
+// transaction that may simply be run again: a serialization failure
+// (40001) or a deadlock it broke (40P01).
+func isPostgresRetryable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
+}
