@@ -21,7 +21,7 @@ import (
 // them.
 
 // schemaLeases is migration 6. A MAC holds at most one row (the unique
-// index; rows of declined addresses have mac ''), so duplicates an older
+// index; rows of declined addresses have mac ”), so duplicates an older
 // dpxe could leave (a MAC bound again elsewhere after a reservation was
 // added) are dropped first, keeping the row that lasts longest. offered
 // marks an offer not yet bound, approved whether the inventory approved

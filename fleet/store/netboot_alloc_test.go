@@ -15,7 +15,9 @@ import (
 	"github.com/discord-pxe/dpxe/fleet/store/pgtest"
 )
 
-func allocMAC(i int) net.HardwareAddr { return net.HardwareAddr{0x52, 0x54, 0x01, 0, byte(i >> 8), byte(i)} }
+func allocMAC(i int) net.HardwareAddr {
+	return net.HardwareAddr{0x52, 0x54, 0x01, 0, byte(i >> 8), byte(i)}
+}
 
 func allocFor(mac net.HardwareAddr, server string, d time.Duration) inventory.Allocation {
 	return inventory.Allocation{

@@ -138,9 +138,9 @@ type Config struct {
 	// servers (controller replicas) may serve one pool from one database
 	// and a client may renew at any of them. The server then keeps no
 	// lease in memory.
-	SharedLeases bool
-	MaxUnapproved       int           // 0 means half the pool's addresses (at least 1)
-	Boot                Boot
+	SharedLeases  bool
+	MaxUnapproved int // 0 means half the pool's addresses (at least 1)
+	Boot          Boot
 	// Refusals counts clients refused for the unapproved cap
 	// (security.DHCPUnapproved) and logs them, rate-limited; nil makes
 	// one over the handler's logger.

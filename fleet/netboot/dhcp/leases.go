@@ -51,7 +51,7 @@ var (
 // memory: every decision is a transaction of the shared database
 // (inventory.LeaseAllocator), which several servers may use at once.
 type leaseTable struct {
-	shared inventory.LeaseAllocator
+	shared     inventory.LeaseAllocator
 	mu         sync.Mutex
 	pool       Pool
 	server     netip.Addr
