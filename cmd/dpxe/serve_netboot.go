@@ -16,6 +16,7 @@ import (
 	"github.com/discord-pxe/dpxe/fleet/netboot/dhcp"
 	"github.com/discord-pxe/dpxe/fleet/netboot/inventory"
 	"github.com/discord-pxe/dpxe/fleet/netboot/stats"
+	"github.com/discord-pxe/dpxe/fleet/store"
 )
 
 // The netboot part of `dpxe serve`: DHCP (proxy or authoritative), TFTP and
@@ -124,6 +125,10 @@ func attachNetboot(ctx context.Context, app *fleetApp, log *slog.Logger) (func(c
 		return nil, fmt.Errorf("%w: --listen %s is the boot network's address: the operator API and the dashboard must not be served to the boot LAN; "+
 			"keep --listen on loopback or a management address (nodes get their own listener on %s:%s)", errUsage, app.cfg.Listen, ip, port)
 	}
+	// On PostgreSQL several replicas may serve one boot network: every
+	// address is then allocated in the shared database (docs/ha.md).
+	// SQLite holds one replica, which keeps its table in memory.
+	dcfg.SharedLeases = store.IsPostgresURL(app.cfg.DB)
 	if f.proxyEnroll && dcfg.Mode != dhcp.Proxy {
 		return nil, fmt.Errorf("%w: --proxy-enroll needs --dhcp proxy (authoritative mode enrolls from its own leases; without DHCP nothing enrolls)", errUsage)
 	}
