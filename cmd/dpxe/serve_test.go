@@ -43,7 +43,7 @@ type serveProc struct {
 	done  chan error
 }
 
-var listenRE = regexp.MustCompile(`msg=listening addr=(127\.0\.0\.\d+:\d+)`)
+var listenRE = regexp.MustCompile(`msg=listening addr=(\d+\.\d+\.\d+\.\d+:\d+)`)
 
 func startServe(t *testing.T, bin string, args ...string) *serveProc {
 	t.Helper()
