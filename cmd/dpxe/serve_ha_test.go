@@ -41,7 +41,7 @@ const (
 
 // haCluster is three `dpxe serve` replicas on one PostgreSQL database.
 type haCluster struct {
-	t         *testing.T
+	t         testing.TB
 	bin, dir  string
 	dsn       string
 	tokenFile string
