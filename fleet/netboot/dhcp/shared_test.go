@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 
@@ -123,4 +124,14 @@ func sharedClient(t *testing.T, servers []*Handler, home int, hw net.HardwareAdd
 		last = fmt.Sprintf("REQUEST for %s answered %v", ip, ack)
 	}
 	return netip.Addr{}, fmt.Errorf("no lease after 10 attempts: %s", last)
+}
+
+// TestSharedLeasesNeedAnAllocator: SharedLeases without a store that
+// allocates is refused with an error that says so.
+func TestSharedLeasesNeedAnAllocator(t *testing.T) {
+	cfg := authConfig("10.9.0.10-10.9.0.12/24")
+	cfg.SharedLeases = true
+	if _, err := New(context.Background(), cfg, nil, nil, nil); err == nil || !strings.Contains(err.Error(), "shared leases") {
+		t.Fatalf("shared leases without a store: %v", err)
+	}
 }
