@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"net"
 	"net/netip"
 	"time"
@@ -84,7 +85,7 @@ func (n *NetbootInventory) Offer(ctx context.Context, a inventory.Allocation) (n
 		return netip.Addr{}, err
 	}
 	for i := 0; ; i++ {
-		ip, _, err := n.allocate(ctx, a, netip.Addr{})
+		ip, _, err := n.allocate(ctx, a, netip.Addr{}, i)
 		if errors.Is(err, errLostRace) && i < allocAttempts {
 			continue
 		}
@@ -104,7 +105,7 @@ func (n *NetbootInventory) Bind(ctx context.Context, a inventory.Allocation, ip 
 		return false, nil
 	}
 	for i := 0; ; i++ {
-		_, ok, err := n.allocate(ctx, a, ip)
+		_, ok, err := n.allocate(ctx, a, ip, i)
 		if errors.Is(err, errLostRace) && i < allocAttempts {
 			continue
 		}
@@ -115,10 +116,10 @@ func (n *NetbootInventory) Bind(ctx context.Context, a inventory.Allocation, ip 
 	}
 }
 
-// allocate is one attempt of Offer (bind invalid) or Bind (bind is the
-// address asked for), in one transaction. It returns errLostRace when a
-// concurrent transaction took the address or the MAC first.
-func (n *NetbootInventory) allocate(ctx context.Context, a inventory.Allocation, bind netip.Addr) (netip.Addr, bool, error) {
+// allocate is attempt number attempt of Offer (bind invalid) or Bind (bind
+// is the address asked for), in one transaction. It returns errLostRace
+// when a concurrent transaction took the address or the MAC first.
+func (n *NetbootInventory) allocate(ctx context.Context, a inventory.Allocation, bind netip.Addr, attempt int) (netip.Addr, bool, error) {
 	s := n.s
 	t, err := s.begin(ctx)
 	if err != nil {
@@ -195,7 +196,7 @@ func (n *NetbootInventory) allocate(ctx context.Context, a inventory.Allocation,
 	ip, offered := bind, false
 	if !ip.IsValid() {
 		offered = true
-		ip = pickAddress(a, key, mine, byIP, usable)
+		ip = pickAddress(a, key, mine, byIP, usable, attempt)
 		if !ip.IsValid() {
 			return netip.Addr{}, false, inventory.ErrPoolExhausted
 		}
@@ -252,9 +253,12 @@ func reservationOf(a inventory.Allocation, key string) (netip.Addr, bool) {
 }
 
 // pickAddress chooses the address to offer: the MAC's reservation, its
-// current address, the requested one, the first never-used address, else
-// the first expired one.
-func pickAddress(a inventory.Allocation, key string, mine netip.Addr, byIP map[netip.Addr]leaseRow, usable func(netip.Addr) bool) netip.Addr {
+// current address, the requested one, a never-used address, else an
+// expired one. The search for a free address starts at a point of the
+// pool given by the MAC and the attempt, not at its start: servers
+// allocating to several MACs at once then rarely pick the same address,
+// and one that lost a race tries elsewhere.
+func pickAddress(a inventory.Allocation, key string, mine netip.Addr, byIP map[netip.Addr]leaseRow, usable func(netip.Addr) bool, attempt int) netip.Addr {
 	if ip, ok := reservationOf(a, key); ok {
 		return ip
 	}
@@ -265,7 +269,12 @@ func pickAddress(a inventory.Allocation, key string, mine netip.Addr, byIP map[n
 		return a.Requested
 	}
 	var expired netip.Addr
-	for ip := a.Start; ip.IsValid() && !a.End.Less(ip); ip = ip.Next() {
+	size := be32(a.End) - be32(a.Start) + 1
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	first := (h.Sum32() + uint32(attempt)*7919) % size
+	for k := uint32(0); k < size; k++ {
+		ip := addrFrom32(be32(a.Start) + (first+k)%size)
 		if !usable(ip) {
 			continue
 		}
@@ -277,6 +286,15 @@ func pickAddress(a inventory.Allocation, key string, mine netip.Addr, byIP map[n
 		}
 	}
 	return expired
+}
+
+func be32(ip netip.Addr) uint32 {
+	b := ip.As4()
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+}
+
+func addrFrom32(v uint32) netip.Addr {
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 }
 
 // Decline implements inventory.LeaseAllocator.
