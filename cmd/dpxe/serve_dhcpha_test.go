@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -26,13 +27,17 @@ import (
 // network, and eight busybox udhcpc clients that broadcast to both at
 // once. It asserts that every client gets an address of the pool and no
 // two clients get the same one, and that the database holds exactly these
-// bindings. Then it SIGKILLs one replica and runs each client again asking
-// for its address (udhcpc -r): the other replica must give every client
-// its own address back. About 15 s.
+// bindings. A node's check-in sent to the follower's boot address must be
+// answered (forwarded to the leader), not refused. Then it SIGKILLs one
+// replica and runs each client again asking for its address (udhcpc -r):
+// the other replica must give every client its own address back. About
+// 5 s.
 //
-// Mutation: with SharedLeases off in serve_netboot.go (each replica's
+// Mutations: with SharedLeases off in serve_netboot.go (each replica's
 // table in its own memory, as on SQLite) the two replicas hand out
-// addresses independently and the test fails.
+// addresses independently and the test fails; with bootRoute.ServeHTTP
+// serving the boot mux without forwarding, the follower answers the
+// check-in 503 and the test fails.
 func TestReplicasShareDHCPPool(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL, a network namespace and two dpxe processes")
@@ -183,6 +188,42 @@ func TestReplicasShareDHCPPool(t *testing.T) {
 		if !ok || l.MAC.String() != fmt.Sprintf("02:00:00:00:%02x:%02x", x, i) {
 			t.Fatalf("stored lease %s → %s; clients hold %v", l.IP, l.MAC, owner)
 		}
+	}
+
+	// A node's check-in at the follower's boot address reaches the leader.
+	role := func(i int) string {
+		out, _ := ns.Run(ctx, "curl", "-sS", fmt.Sprintf("http://127.0.0.1:%d/healthz", ports[i]))
+		var h struct{ Role string }
+		json.Unmarshal([]byte(out), &h)
+		return h.Role
+	}
+	leader, follower := -1, -1
+	for end := time.Now().Add(e2eDeadline); leader < 0 || follower < 0; {
+		leader, follower = -1, -1
+		for i := range procs {
+			switch role(i) {
+			case "leader":
+				leader = i
+			case "follower":
+				follower = i
+			}
+		}
+		if time.Now().After(end) {
+			t.Fatalf("no leader and follower: %q %q", role(0), role(1))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	out, err := ns.Run(ctx, bin, "nodes", "--server", fmt.Sprintf("http://127.0.0.1:%d", ports[leader]),
+		"--token-file", filepath.Join(dir, "admin.token"), "add", "dhcp-node.1")
+	if err != nil {
+		t.Fatalf("dpxe nodes add: %v\n%s", err, out)
+	}
+	cred := strings.TrimSpace(strings.Split(out, "\n")[1])
+	code, err := ns.Run(ctx, "curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST",
+		"-H", "Authorization: Bearer "+cred, "-d", `{"node_id":"dhcp-node.1","capacity":1,"generation":0}`,
+		fmt.Sprintf("http://%s.%d:%d/v1/checkin", subnet, follower+1, ports[follower]))
+	if err != nil || code != "200" {
+		t.Fatalf("check-in at the follower's boot address: %q %v\n%s", code, err, procs[follower].logs())
 	}
 
 	// Replica a dies; every client asks b for its address.

@@ -76,6 +76,20 @@ func init() {
 type bootRoute struct {
 	ip  netip.Addr
 	mux *http.ServeMux
+	// app, when set, is the fleet whose replica (app.ha) forwards the
+	// node routes to the leader while this replica follows.
+	app *fleetApp
+}
+
+// ServeHTTP serves the boot mux; with replicas, node requests (/v1/...)
+// go to the leader as on the operator listener, so a node that booted
+// from this replica keeps checking in here after it stops leading.
+func (b *bootRoute) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if b.app != nil && b.app.ha != nil {
+		b.app.ha.forward(b.mux).ServeHTTP(w, r)
+		return
+	}
+	b.mux.ServeHTTP(w, r)
 }
 
 // dispatch sends connections made to the boot address to the boot mux and
@@ -85,7 +99,7 @@ func (b *bootRoute) dispatch(op http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
 			if ap, err := netip.ParseAddrPort(la.String()); err == nil && ap.Addr().Unmap() == b.ip {
-				b.mux.ServeHTTP(w, r)
+				b.ServeHTTP(w, r)
 				return
 			}
 		}
@@ -151,7 +165,7 @@ func attachNetboot(ctx context.Context, app *fleetApp, log *slog.Logger) (func(c
 	// The boot network gets its own mux: the boot files and scripts, and
 	// the node routes of the API. /boot/ is on no other listener, and no
 	// operator route is on this one.
-	boot := &bootRoute{ip: ip, mux: http.NewServeMux()}
+	boot := &bootRoute{ip: ip, mux: http.NewServeMux(), app: app}
 	nb.Register(boot.mux)
 	app.api.RegisterNode(boot.mux)
 	app.boot = boot
@@ -166,7 +180,7 @@ func attachNetboot(ctx context.Context, app *fleetApp, log *slog.Logger) (func(c
 		if err != nil {
 			return nil, fmt.Errorf("listening for nodes on %s: %w", f.iface, err)
 		}
-		bootSrv = &http.Server{Handler: boot.mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 15 * time.Second,
+		bootSrv = &http.Server{Handler: boot, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 15 * time.Second,
 			WriteTimeout: 5 * time.Minute, IdleTimeout: 2 * time.Minute,
 			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	}
