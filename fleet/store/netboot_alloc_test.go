@@ -222,3 +222,49 @@ func testSharedLeasesPolicy(t *testing.T, dsn string) {
 		t.Fatalf("no MAC: %v", err)
 	}
 }
+
+// TestMigrationDropsDuplicateLeases: migration 6 keeps one row per MAC,
+// the one that lasts longest (the greater address on a tie), before its
+// unique index; declined rows (no MAC) all stay. The database is taken
+// back to version 5 by hand (index and columns dropped) and reopened.
+func TestMigrationDropsDuplicateLeases(t *testing.T) { pgtest.Each(t, testMigrationDropsDuplicateLeases) }
+
+func testMigrationDropsDuplicateLeases(t *testing.T, dsn string) {
+	ctx := context.Background()
+	s, err := Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`DROP INDEX netboot_leases_mac`,
+		`ALTER TABLE netboot_leases DROP COLUMN offered`,
+		`ALTER TABLE netboot_leases DROP COLUMN approved`,
+		`ALTER TABLE netboot_leases DROP COLUMN server`,
+		`DELETE FROM schema_migrations WHERE version = 6`,
+		`INSERT INTO netboot_leases (ip, mac, expiry, declined) VALUES
+			('10.0.0.1', 'aa', 100, 0), ('10.0.0.2', 'aa', 200, 0),
+			('10.0.0.3', 'bb', 300, 0), ('10.0.0.4', 'bb', 300, 0),
+			('10.0.0.5', '', 50, 1), ('10.0.0.6', '', 50, 1), ('10.0.0.7', 'cc', 10, 0)`,
+	} {
+		if _, err := s.DB().ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	s.Close()
+	s = openDSN(t, dsn)
+	rows, err := s.DB().QueryContext(ctx, `SELECT ip, mac FROM netboot_leases ORDER BY ip`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var got []string
+	for rows.Next() {
+		var ip, mac string
+		rows.Scan(&ip, &mac)
+		got = append(got, ip+"="+mac)
+	}
+	want := "10.0.0.2=aa 10.0.0.4=bb 10.0.0.5= 10.0.0.6= 10.0.0.7=cc"
+	if strings.Join(got, " ") != want {
+		t.Fatalf("after migration 6: %v, want %s", got, want)
+	}
+}
