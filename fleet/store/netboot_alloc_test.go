@@ -227,7 +227,9 @@ func testSharedLeasesPolicy(t *testing.T, dsn string) {
 // the one that lasts longest (the greater address on a tie), before its
 // unique index; declined rows (no MAC) all stay. The database is taken
 // back to version 5 by hand (index and columns dropped) and reopened.
-func TestMigrationDropsDuplicateLeases(t *testing.T) { pgtest.Each(t, testMigrationDropsDuplicateLeases) }
+func TestMigrationDropsDuplicateLeases(t *testing.T) {
+	pgtest.Each(t, testMigrationDropsDuplicateLeases)
+}
 
 func testMigrationDropsDuplicateLeases(t *testing.T, dsn string) {
 	ctx := context.Background()
