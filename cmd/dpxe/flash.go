@@ -45,6 +45,7 @@ func runFlash(ctx context.Context, args []string) error {
 	node := fs.String("node", "", "node ID to write into DPXE.CFG (required)")
 	ctrl := fs.String("controller", "http://"+defaultListen, "controller URL the node uses, written into DPXE.CFG")
 	apiURL := fs.String("server", "http://"+defaultListen, "controller base URL this machine reaches the API at, to create or rotate the node's credential")
+	pin := fs.String("controller-pin", "", "controller_pin= to write: the SHA-256 of the controller's TLS key, as `dpxe serve --print-pin` prints it (a node checks in over https:// only with it)")
 	cred := fs.String("cred", "", "node credential to write; without it the credential is created (or with --rotate, replaced) at the controller")
 	tokenFile := fs.String("token-file", "./var/"+adminTokenName, "admin token file that dpxe serve wrote")
 	renamedFlag(fs, "api", "server")
@@ -85,6 +86,14 @@ func runFlash(ctx context.Context, args []string) error {
 	}
 	if err := cfg.Set("node="+*node, "controller="+*ctrl); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if *pin != "" {
+		if err := cfg.Set("controller_pin=" + *pin); err != nil {
+			return fmt.Errorf("%w: --controller-pin: %v", errUsage, err)
+		}
+	}
+	if err := checkPinScheme(cfg); err != nil {
+		return err
 	}
 	if *cred != "" {
 		if err := cfg.Set("cred=" + *cred); err != nil {
@@ -389,4 +398,19 @@ func humanSize(n int64) string {
 
 func isLoopback(host string) bool {
 	return host == "localhost" || strings.HasPrefix(host, "127.") || host == "::1"
+}
+
+// checkPinScheme refuses a boot config the node would refuse at every
+// check-in: an https:// controller without controller_pin=, or
+// controller_pin= with an http:// controller (docs/security.md).
+func checkPinScheme(c appliance.BootConfig) error {
+	for _, u := range c.ControllerURLs() {
+		switch https := strings.HasPrefix(u, "https://"); {
+		case https && c.ControllerPin == "":
+			return fmt.Errorf("%w: controller %s is https:// but there is no controller pin: the node would refuse it (give --controller-pin, from `dpxe serve --print-pin`)", errUsage, u)
+		case !https && c.ControllerPin != "":
+			return fmt.Errorf("%w: controller %s is http:// but a controller pin is set: the node would refuse it (give the controller's https:// URL)", errUsage, u)
+		}
+	}
+	return nil
 }

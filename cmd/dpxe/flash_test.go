@@ -174,6 +174,13 @@ func TestFlashCommand(t *testing.T) {
 		t.Errorf("--cred: exit %d\n%s", code, msg)
 	}
 
+	// --controller-pin with an https:// controller: both on the medium.
+	pin := strings.Repeat("c3", 32)
+	code, msg = captureRun(t, "flash", "--image", src, "--controller", "https://10.0.0.5:8443", "--controller-pin", pin, "--node", "given-1", "--cred", cred, "--yes", target)
+	if c := flashedConfig(t, target); code != 0 || c.ControllerPin != pin || c.Controller != "https://10.0.0.5:8443" {
+		t.Errorf("--controller-pin: exit %d, %+v\n%s", code, c, msg)
+	}
+
 	if sumFile(t, src) != srcSum {
 		t.Fatal("the source image changed")
 	}
@@ -229,7 +236,9 @@ func TestFlashCommandUsage(t *testing.T) {
 		{[]string{"flash", "--image", src, target}, 2, "--node is required"},
 		{[]string{"flash", "--image", src, "--node", "a/b", "--cred", "abcdefghijklmnop", target}, 2, "node ID has '/'"},
 		{[]string{"flash", "--image", src, "--node", "n", "--cred", "short", target}, 2, "--cred"},
-		{[]string{"flash", "--image", src, "--node", "n", "--controller", "https://x", "--cred", "abcdefghijklmnop", target}, 2, "controller"},
+		{[]string{"flash", "--image", src, "--node", "n", "--controller", "https://x", "--cred", "abcdefghijklmnop", target}, 2, "controller https://x is https:// but there is no controller pin"},
+		{[]string{"flash", "--image", src, "--node", "n", "--controller", "https://x", "--controller-pin", "ABCD", "--cred", "abcdefghijklmnop", target}, 2, "--controller-pin: controller_pin: controller pin must be 64"},
+		{[]string{"flash", "--image", src, "--node", "n", "--controller", "http://x", "--controller-pin", strings.Repeat("ab", 32), "--cred", "abcdefghijklmnop", target}, 2, "controller http://x is http:// but a controller pin is set"},
 		{[]string{"flash", "--image", src, "--node", "n"}, 2, "usage"},
 		{[]string{"flash", "--image", src, "--node", "n", "--cred", "abcdefghijklmnop", "--yes", src}, 1, "is the source image"},
 		{[]string{"flash", "--image", src, "--node", "n", "--cred", "abcdefghijklmnop", "--yes", dir}, 1, "not a regular file or block device"},
