@@ -45,7 +45,7 @@ func runFlash(ctx context.Context, args []string) error {
 	node := fs.String("node", "", "node ID to write into DPXE.CFG (required)")
 	ctrl := fs.String("controller", "http://"+defaultListen, "controller URL the node uses, written into DPXE.CFG")
 	apiURL := fs.String("server", "http://"+defaultListen, "controller base URL this machine reaches the API at, to create or rotate the node's credential")
-	pin := fs.String("controller-pin", "", "controller_pin= to write: the SHA-256 of the controller's TLS key, as `dpxe serve --print-pin` prints it (a node checks in over https:// only with it)")
+	pin := fs.String("controller-pin", "", "controller_pin= to write: the SHA-256 of the controller's TLS key, as dpxe serve --print-pin prints it (a node checks in over https:// only with it)")
 	cred := fs.String("cred", "", "node credential to write; without it the credential is created (or with --rotate, replaced) at the controller")
 	tokenFile := fs.String("token-file", "./var/"+adminTokenName, "admin token file that dpxe serve wrote")
 	renamedFlag(fs, "api", "server")

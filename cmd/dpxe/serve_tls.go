@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/discord-pxe/dpxe/fleet/ctlcert"
@@ -72,6 +73,9 @@ func applyTLSFlags(fs *flag.FlagSet, cfg *serveConfig) error {
 	c.PrintPin = tlsFlags.PrintPin
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		return fmt.Errorf("%w: tls_cert and tls_key go together (or neither, for the self-generated key)", errUsage)
+	}
+	if strings.Contains(netbootFlags.controller, "https://") && c.TLSListen == "" {
+		return fmt.Errorf("%w: --controller-url %s is https:// but --tls-listen is not set: nodes pin this controller's own key, served on --tls-listen", errUsage, netbootFlags.controller)
 	}
 	if c.TLSListen != "" {
 		if _, _, err := net.SplitHostPort(c.TLSListen); err != nil {
