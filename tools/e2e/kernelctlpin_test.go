@@ -19,20 +19,20 @@ import (
 )
 
 // TestKernelCheckinPinRules boots nodes against a real `dpxe serve` with
-// an HTTPS listener, in a namespace, and checks the kernel's rules for
-// the controller channel (node/ctltls.inc): an https:// controller
-// without controller_pin= is refused (no_pin); with a pin, an http://
-// replica is refused (pin_needs_https) and, until the kernel's TLS
-// check-in exists, so is the pinned https:// one (tls_unavailable). Each
-// refusal is a console line and a failed check-in that moves on to the
-// next replica; the node never sends its credential, so the controller
-// records no check-in and refuses no credential.
+// an HTTPS listener, in a namespace, and checks the kernel's controller
+// channel (node/ctltls.inc): with the right controller_pin= a node checks
+// in over https:// (the kernel's TLS 1.3 client in pin mode) and applies
+// its plan; a wrong pin is refused at the handshake (pin_mismatch), an
+// https:// controller without a pin (no_pin) and an http:// one when
+// pinned (pin_needs_https) before anything is sent. Each refusal is a
+// console line and a failed check-in; the refused node's credential never
+// reaches the controller, which records no check-in for it.
 func TestKernelCheckinPinRules(t *testing.T) {
 	if err := netns.Available(); err != nil {
 		t.Skip(err)
 	}
 	needQEMU(t, qemu.SeaBIOS)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 
 	bin := filepath.Join(t.TempDir(), "dpxe")
@@ -57,7 +57,8 @@ func TestKernelCheckinPinRules(t *testing.T) {
 	server := "http://" + subnet + ".1:8080"
 	secure := "https://" + subnet + ".1:8443"
 	var logs bytes.Buffer
-	srv := ns.Command(ctx, bin, "serve", "--db", db, "--listen", subnet+".1:8080", "--tls-listen", subnet+".1:8443", "--no-dashboard")
+	srv := ns.Command(ctx, bin, "serve", "--db", db, "--listen", subnet+".1:8080", "--tls-listen", subnet+".1:8443",
+		"--total-shards", "4", "--no-dashboard")
 	srv.Stdout, srv.Stderr = &logs, &logs
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
@@ -78,24 +79,38 @@ func TestKernelCheckinPinRules(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	out, err := ns.Run(ctx, bin, "nodes", "add", "pin-node", "--server", server, "--token-file", token)
-	if err != nil {
-		t.Fatalf("dpxe nodes add: %v\n%s", err, out)
+	creds := map[string]string{}
+	for _, id := range []string{"pin-ok", "pin-refused"} {
+		out, err := ns.Run(ctx, bin, "nodes", "add", id, "--server", server, "--token-file", token)
+		if err != nil {
+			t.Fatalf("dpxe nodes add: %v\n%s", err, out)
+		}
+		m := regexp.MustCompile(`cred=(\S+)`).FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("no credential in %q", out)
+		}
+		creds[id] = m[1]
 	}
-	m := regexp.MustCompile(`cred=(\S+)`).FindStringSubmatch(out)
-	if m == nil {
-		t.Fatalf("no credential in %q", out)
-	}
-	cred := m[1]
 	if err := ns.AddTap(ctx, "tappin0"); err != nil {
 		t.Fatal(err)
 	}
+	tok, err := exec.CommandContext(ctx, "cat", token).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	detail := func(id string) string {
+		out, err := ns.Run(ctx, "curl", "-fsS", "--max-time", "5", "-H", "Authorization: Bearer "+strings.TrimSpace(string(tok)), server+"/v1/nodes/"+id)
+		if err != nil {
+			t.Fatalf("GET /v1/nodes/%s: %v %s", id, err, out)
+		}
+		return out
+	}
 
 	// boot runs one node with cfg until every line in want has appeared
-	// on its console in order (each within its own bound), then stops it.
-	boot := func(name string, cfg appliance.BootConfig, want ...string) {
+	// on its console (each within its own bound), then stops it.
+	boot := func(name, id string, cfg appliance.BootConfig, checksIn bool, want ...string) {
 		t.Helper()
-		cfg.NodeID, cfg.Credential = "pin-node", cred
+		cfg.NodeID, cfg.Credential = id, creds[id]
 		cfg.StaticIP = subnet + ".31/24," + subnet + ".1"
 		n := startNode(ctx, qemu.Options{
 			Firmware: qemu.SeaBIOS,
@@ -104,7 +119,7 @@ func TestKernelCheckinPinRules(t *testing.T) {
 			Net: []string{"-netdev", "tap,id=n0,ifname=tappin0,script=no,downscript=no",
 				"-device", "e1000,netdev=n0,mac=52:54:00:79:00:31"},
 			Wrapper: ns.Wrapper(),
-			Timeout: 90 * time.Second,
+			Timeout: 100 * time.Second,
 		})
 		defer func() {
 			if err := n.stop(); err != nil {
@@ -115,39 +130,41 @@ func TestKernelCheckinPinRules(t *testing.T) {
 			}
 		}()
 		for _, w := range want {
-			if n.serial.waitFor(regexp.MustCompile(w), 40*time.Second) == nil {
+			if n.serial.waitFor(regexp.MustCompile(w), 60*time.Second) == nil {
 				t.Fatalf("%s: no console line %q", name, w)
 			}
 		}
-		if strings.Contains(n.serial.String(), "checkin: controller reachable") {
-			t.Fatalf("%s: the node checked in", name)
+		if got := strings.Contains(n.serial.String(), "checkin: controller reachable"); got != checksIn {
+			t.Fatalf("%s: checked in %v, want %v", name, got, checksIn)
 		}
 	}
 	q := regexp.QuoteMeta
-	boot("no pin", appliance.BootConfig{Controller: secure},
+	boot("no pin", "pin-refused", appliance.BootConfig{Controller: secure}, false,
 		`checkin: refused reason=no_pin controller=`+q(secure)+`\r?\n`,
 		q(`checkin: failed (refused: no_pin), attempt 1;`))
-	boot("pinned", appliance.BootConfig{Controller: secure + "," + server, ControllerPin: pin},
-		`checkin: refused reason=tls_unavailable controller=`+q(secure)+`\r?\n`,
-		q(`checkin: failed (refused: tls_unavailable), attempt 1;`),
+	boot("wrong pin", "pin-refused", appliance.BootConfig{Controller: secure, ControllerPin: strings.Repeat("0", 64)}, false,
+		`checkin: refused reason=pin_mismatch controller=`+q(secure)+`\r?\n`,
+		q(`checkin: failed (refused: pin_mismatch), attempt 1;`),
+		q(`checkin: failed (refused: pin_mismatch), attempt 2;`))
+	boot("http pinned", "pin-refused", appliance.BootConfig{Controller: server, ControllerPin: pin}, false,
 		`checkin: refused reason=pin_needs_https controller=`+q(server)+`\r?\n`)
-
-	// Nothing reached the controller: no check-in, no refused credential.
-	tok, err := exec.CommandContext(ctx, "cat", token).Output()
-	if err != nil {
-		t.Fatal(err)
+	if d := detail("pin-refused"); !strings.Contains(d, `"live":false`) || strings.Contains(d, subnet+".31") {
+		t.Errorf("the controller saw the refused node: %s", d)
 	}
-	detail, err := ns.Run(ctx, "curl", "-fsS", "--max-time", "5", "-H", "Authorization: Bearer "+strings.TrimSpace(string(tok)), server+"/v1/nodes/pin-node")
-	if err != nil {
-		t.Fatalf("GET /v1/nodes/pin-node: %v %s", err, detail)
-	}
-	if !strings.Contains(detail, `"live":false`) || strings.Contains(detail, subnet+".31") {
-		t.Errorf("the controller saw the node: %s", detail)
-	}
-	for _, bad := range []string{"node_credential", "/v1/checkin", cred} {
+	for _, bad := range []string{"node_credential", creds["pin-refused"]} {
 		if strings.Contains(logs.String(), bad) {
-			t.Errorf("the serve log mentions %q: the node sent something", bad)
+			t.Errorf("the serve log mentions %q: the refused node sent something", bad)
 		}
 	}
-	t.Log(fmt.Sprintf("pin %s; refusals seen for no_pin, tls_unavailable, pin_needs_https", pin))
+
+	// The right pin: the node checks in over HTTPS and applies its plan.
+	boot("pinned", "pin-ok", appliance.BootConfig{Controller: secure, ControllerPin: pin}, true,
+		`checkin: controller reachable`, `plan: generation \d+, 4 of 4 shards \[0\.\.3\]`)
+	if d := detail("pin-ok"); !strings.Contains(d, `"live":true`) {
+		t.Errorf("the controller does not show the pinned node live: %s", d)
+	}
+	if strings.Contains(logs.String(), creds["pin-ok"]) {
+		t.Error("the serve log shows the node credential")
+	}
+	t.Log(fmt.Sprintf("pin %s: pinned check-in over HTTPS applied its plan; pin_mismatch, no_pin, pin_needs_https refused", pin))
 }
