@@ -58,7 +58,7 @@ func TestKernelCheckinPinRules(t *testing.T) {
 	secure := "https://" + subnet + ".1:8443"
 	var logs bytes.Buffer
 	srv := ns.Command(ctx, bin, "serve", "--db", db, "--listen", subnet+".1:8080", "--tls-listen", subnet+".1:8443",
-		"--total-shards", "4", "--no-dashboard")
+		"--total-shards", "128", "--lease", "6s", "--no-dashboard")
 	srv.Stdout, srv.Stderr = &logs, &logs
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
@@ -157,9 +157,12 @@ func TestKernelCheckinPinRules(t *testing.T) {
 		}
 	}
 
-	// The right pin: the node checks in over HTTPS and applies its plan.
+	// The right pin: the node checks in over HTTPS and applies its plan,
+	// then keeps checking in with a status per shard: 128 of them, a
+	// request of several records.
 	boot("pinned", "pin-ok", appliance.BootConfig{Controller: secure, ControllerPin: pin}, true,
-		`checkin: controller reachable`, `plan: generation \d+, 4 of 4 shards \[0\.\.3\]`)
+		`checkin: controller reachable`, `plan: generation \d+, 128 of 128 shards \[0\.\.127\]`,
+		`node: controller=ok checkins=([4-9]|\d\d+) failed=0 `)
 	if d := detail("pin-ok"); !strings.Contains(d, `"live":true`) {
 		t.Errorf("the controller does not show the pinned node live: %s", d)
 	}
