@@ -161,7 +161,7 @@ func TestKernelCheckinPinRules(t *testing.T) {
 	// then keeps checking in with a status per shard: 128 of them, a
 	// request of several records.
 	boot("pinned", "pin-ok", appliance.BootConfig{Controller: secure, ControllerPin: pin}, true,
-		`checkin: controller reachable`, `plan: generation \d+, 128 of 128 shards \[0\.\.127\]`,
+		`controller: `+q(subnet+".1")+` \(address given\)`, `checkin: controller reachable`, `plan: generation \d+, 128 of 128 shards \[0\.\.127\]`,
 		`node: controller=ok checkins=([4-9]|\d\d+) failed=0 `)
 	if d := detail("pin-ok"); !strings.Contains(d, `"live":true`) {
 		t.Errorf("the controller does not show the pinned node live: %s", d)
