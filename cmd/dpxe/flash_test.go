@@ -54,6 +54,13 @@ func sumFile(t *testing.T, p string) [32]byte {
 // returns its URL and the admin token file.
 func testController(t *testing.T) (string, string) {
 	t.Helper()
+	return testControllerPin(t, "")
+}
+
+// testControllerPin is testController answering GET /v1/controller/pin
+// with pin ("": it serves no HTTPS).
+func testControllerPin(t *testing.T, pin string) (string, string) {
+	t.Helper()
 	dir := t.TempDir()
 	cfg := defaultServeConfig()
 	cfg.DB = filepath.Join(dir, "dpxe.db")
@@ -62,12 +69,34 @@ func testController(t *testing.T) (string, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	app.api.SetControllerPin(pin)
 	srv := httptest.NewServer(app.mux)
 	t.Cleanup(func() {
 		srv.Close()
 		app.store.Close()
 	})
 	return srv.URL, cfg.AdminTokenFile
+}
+
+// TestFlashReadsControllerPin: for an https:// --controller without
+// --controller-pin, dpxe flash reads the pin from the controller it gets
+// the credential from; a controller without HTTPS is refused before
+// anything is written.
+func TestFlashReadsControllerPin(t *testing.T) {
+	src := flashSource(t)
+	pin := strings.Repeat("7d", 32)
+	api, token := testControllerPin(t, pin)
+	target := filepath.Join(t.TempDir(), "stick.img")
+	code, msg := captureRun(t, "flash", "--image", src, "--controller", "https://10.0.0.5:8443", "--server", api, "--token-file", token, "--node", "pin-1", "--yes", target)
+	if c := flashedConfig(t, target); code != 0 || c.ControllerPin != pin || c.Controller != "https://10.0.0.5:8443" {
+		t.Fatalf("exit %d, DPXE.CFG %+v\n%s", code, c, msg)
+	}
+	plain, plainToken := testControllerPin(t, "")
+	other := filepath.Join(t.TempDir(), "other.img")
+	code, msg = captureRun(t, "flash", "--image", src, "--controller", "https://10.0.0.5:8443", "--server", plain, "--token-file", plainToken, "--node", "pin-2", "--yes", other)
+	if code != 1 || !strings.Contains(msg, "serves no HTTPS") || fileExists(other) {
+		t.Fatalf("a controller without HTTPS: exit %d, target written %v\n%s", code, fileExists(other), msg)
+	}
 }
 
 // checkIn posts a check-in with cred and returns the HTTP status: 200 when

@@ -343,6 +343,7 @@ func runServe(ctx context.Context, args []string) error {
 			return err
 		}
 		logIdentity(app.tls, cfg, log)
+		app.api.SetControllerPin(app.tls.Pin)
 	}
 	partRuns, err := attachParts(ctx, app, log)
 	if err != nil {
