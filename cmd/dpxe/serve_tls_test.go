@@ -1,19 +1,27 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"io"
+	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/discord-pxe/dpxe/appliance"
 	"github.com/discord-pxe/dpxe/fleet/ctlcert"
+	"github.com/discord-pxe/dpxe/internal/freeport"
 )
 
 var httpsRE = regexp.MustCompile(`msg="https listening" part=tls addr=(127\.0\.0\.\d+:\d+) pin=([0-9a-f]{64})`)
@@ -99,4 +107,62 @@ func TestServeHTTPSPinned(t *testing.T) {
 	p.stop(t)
 	p, _ = start() // the same pin again: the key was reused
 	p.stop(t)
+}
+
+// TestTLSBootListener: with netboot on, --tls-listen on a management
+// address also opens an HTTPS listener on the boot address, same port,
+// that serves the boot mux only (node routes, never an operator route);
+// --tls-listen on the boot address itself is refused.
+func TestTLSBootListener(t *testing.T) {
+	id, err := ctlcert.LoadOrCreate(t.TempDir(), []string{"127.0.0.1", "127.0.0.2"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := http.NewServeMux()
+	op.HandleFunc("GET /v1/nodes", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "operator") })
+	boot := &bootRoute{ip: netip.MustParseAddr("127.0.0.2"), mux: http.NewServeMux()}
+	boot.mux.HandleFunc("POST /v1/checkin", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "node") })
+	port := strconv.Itoa(freeport.Port(t))
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	refused := &fleetApp{mux: op, boot: boot, tls: id}
+	refused.cfg.TLSListen = net.JoinHostPort("127.0.0.2", port)
+	if _, err := attachTLS(ctx, refused, log); err == nil || !strings.Contains(err.Error(), "boot network's address") {
+		t.Fatalf("--tls-listen on the boot address: %v", err)
+	}
+
+	app := &fleetApp{mux: op, boot: boot, tls: id}
+	app.cfg.TLSListen = net.JoinHostPort("127.0.0.1", port)
+	run, err := attachTLS(ctx, app, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- run(ctx) }()
+	c := pinnedClient(id.Pin)
+	for _, tc := range []struct {
+		host, method, path string
+		want               int
+	}{
+		{"127.0.0.1", "GET", "/v1/nodes", 200},
+		{"127.0.0.1", "POST", "/v1/checkin", 404}, // the operator side has no node route here
+		{"127.0.0.2", "POST", "/v1/checkin", 200},
+		{"127.0.0.2", "GET", "/v1/nodes", 404}, // the boot address: no operator route
+	} {
+		req, _ := http.NewRequest(tc.method, "https://"+net.JoinHostPort(tc.host, port)+tc.path, nil)
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("%s https://%s%s: %v", tc.method, tc.host, tc.path, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("%s https://%s%s: %d, want %d", tc.method, tc.host, tc.path, resp.StatusCode, tc.want)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
 }
