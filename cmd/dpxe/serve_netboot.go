@@ -151,12 +151,21 @@ func attachNetboot(ctx context.Context, app *fleetApp, log *slog.Logger) (func(c
 	if controllerURL == "" {
 		controllerURL = base
 	}
+	// Nodes pin the controller's key when it is reached over https://
+	// (a pin with an http:// controller would make the node refuse it).
+	pin := ""
+	if strings.Contains(controllerURL, "https://") {
+		if app.tls == nil {
+			return nil, fmt.Errorf("%w: --controller-url %s is https:// but this controller has no TLS identity to pin (give --tls-listen)", errUsage, controllerURL)
+		}
+		pin = app.tls.Pin
+	}
 	// The services' counters are exported on /metrics (docs/metrics.md#netboot).
 	counters := stats.New()
 	app.api.Metrics().SetNetboot(counters)
 	nb, err := netboot.New(ctx, netboot.Config{
 		Interface: f.iface, ServerIP: ip, DHCP: dcfg, TFTPAddr: f.tftp, Stats: counters,
-		BaseURL: base, Controller: controllerURL, EnrollUntrusted: f.proxyEnroll, Refusals: app.refusals,
+		BaseURL: base, Controller: controllerURL, ControllerPin: pin, EnrollUntrusted: f.proxyEnroll, Refusals: app.refusals,
 		BootDir: f.bootDir, IPXEDir: f.ipxeDir, IPv6NoRouter: f.ipv6NoRouter, Log: log,
 	}, inv, inv)
 	if err != nil {
@@ -192,7 +201,7 @@ func attachNetboot(ctx context.Context, app *fleetApp, log *slog.Logger) (func(c
 	case f.proxyEnroll:
 		log.Warn("netboot: --proxy-enroll: any host on the boot LAN can enroll as an approved machine that is not live (docs/security.md)")
 	}
-	log.Info("netboot on", "interface", f.iface, "ip", ip, "dhcp", f.dhcpMode, "boot_url", base, "controller_url", controllerURL)
+	log.Info("netboot on", "interface", f.iface, "ip", ip, "dhcp", f.dhcpMode, "boot_url", base, "controller_url", controllerURL, "controller_pin", pin != "")
 	return func(ctx context.Context) error {
 		errc := make(chan error, 2)
 		go func() { errc <- nb.Serve(ctx) }()
