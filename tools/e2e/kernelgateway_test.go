@@ -63,6 +63,9 @@ type gwLab struct {
 	// gatewayAPI is the emulator's REST base URL (--gateway-api) and
 	// botToken the file with its bot token (--bot-token-file).
 	gatewayAPI, botToken string
+	// kernel, when set, is the kernel image nodes boot instead of the
+	// shared one (an image built with a test trust anchor, say).
+	kernel string
 }
 
 type gwNode struct {
@@ -208,9 +211,13 @@ func (l *gwLab) boot(id, nic string, capacity uint32) *gwNode {
 		l.nodeConfig(i, &cfg)
 	}
 	n := &gwNode{id: id, serial: &nodeSerial{}, quit: make(chan struct{})}
+	kernelPath := l.kernel
+	if kernelPath == "" {
+		kernelPath = filepath.Join(outDir(l.t), image.KernelFile)
+	}
 	o := qemu.Options{
 		Firmware: qemu.SeaBIOS,
-		Kernel:   filepath.Join(outDir(l.t), image.KernelFile),
+		Kernel:   kernelPath,
 		Append:   cfg.String(),
 		Memory:   256,
 		Net: []string{"-netdev", "tap,id=n0,ifname=" + tap + ",script=no,downscript=no",

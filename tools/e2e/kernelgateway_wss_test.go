@@ -1,0 +1,162 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/discord-pxe/dpxe/image"
+	"github.com/discord-pxe/dpxe/kernel"
+	"github.com/discord-pxe/dpxe/tools/gatewayemu"
+)
+
+// wssHost is the Gateway host name the namespace's DNS resolves to the
+// emulator (the leaf names it; the kernel sends it as SNI).
+const wssHost = "gateway.test"
+
+// newWSSLab is a gwLab whose emulator serves wss:// (TLS 1.3, the
+// Discord-shaped chain of gatewayemu's setupTLS) under the name wssHost,
+// resolved by a DNS server in the namespace that DHCP (dnsmasq) names to
+// the nodes, and whose controller hands out wss://wssHost:7878. Nodes boot
+// an image built here whose only trust anchor is anchor(emulator) (its
+// root, or another).
+func newWSSLab(t *testing.T, ctx context.Context, subnet string, bridge [4]byte, shards int, anchor func(*gatewayemu.Emulator) []byte) *gwLab {
+	t.Helper()
+	l := newGWLabNoServe(t, ctx, subnet, gatewayemu.Options{HeartbeatInterval: time.Second, Shards: shards, MaxConcurrency: shards,
+		TLS: true, PublicHost: wssHost, ResumeTimeout: 2 * time.Minute})
+	dir := t.TempDir()
+	start := time.Now()
+	if _, err := image.Build(ctx, image.Options{Sources: kernel.Sources, OutDir: dir,
+		Trust: []image.TrustSource{{Name: "wss-test-root", PEM: anchor(l.emu)}}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("image with the test anchor: %v", time.Since(start).Round(time.Millisecond))
+	l.kernel = filepath.Join(dir, image.KernelFile)
+	startLabDNS(t, l.ns.Name, subnet+".1", 60, map[string][4]byte{wssHost: bridge})
+	dnsmasq := l.ns.Command(ctx, "dnsmasq", "--no-daemon", "--conf-file=/dev/null", "--port=0",
+		"--interface=br0", "--bind-interfaces", "--no-ping", "--pid-file=",
+		"--dhcp-leasefile="+filepath.Join(t.TempDir(), "leases"),
+		"--dhcp-range="+subnet+".100,"+subnet+".150,255.255.255.0,2m",
+		"--dhcp-option=3,"+subnet+".1", "--dhcp-option=6,"+subnet+".1")
+	var dlog bytes.Buffer
+	dnsmasq.Stdout, dnsmasq.Stderr = &dlog, &dlog
+	if err := dnsmasq.Start(); err != nil {
+		t.Skipf("dnsmasq: %v", err)
+	}
+	t.Cleanup(func() {
+		dnsmasq.Cancel()
+		dnsmasq.Wait()
+	})
+	l.dhcp = true
+	total := string(rune('0' + shards))
+	l.srvArgs = []string{"serve", "--db", filepath.Join(l.dir, "dpxe.db"), "--listen", subnet + ".1:8080", "--no-dashboard",
+		"--gateway-url", "wss://" + wssHost + ":7878", "--bot-token-file", l.botToken,
+		"--total-shards", total, "--max-concurrency", total, "--lease", "15s"}
+	l.startServe()
+	return l
+}
+
+// TestKernelGatewayWSS runs two shards of one node over wss:// against the
+// emulator's crypto/tls server: each shard resolves the Gateway's name,
+// takes a shared handshake slot, validates the chain (P-256 leaf, P-256
+// intermediate signed ECDSA-SHA384, the P-384 test root as the image's
+// only anchor) with the name as SNI, and then speaks WebSocket through
+// its own record state: both READY, heartbeats ACKed, one Identify each.
+// A dropped connection (TCP closed with no close_notify) is Resumed over
+// a fresh TLS connection to the session's wss:// resume URL. The
+// emulator records no violation.
+func TestKernelGatewayWSS(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+	defer cancel()
+	l := newWSSLab(t, ctx, "10.97.0", [4]byte{10, 97, 0, 1}, 2, (*gatewayemu.Emulator).CAPEM)
+	n := l.boot("gw-wss", "e1000", 2)
+	started := time.Now()
+	l.awaitEmu(60*time.Second, "two sessions over wss:// with 3 heartbeats each", func(s gatewayemu.State) bool {
+		m := readySessions(s, 3)
+		return m[0] == 1 && m[1] == 1
+	})
+	t.Logf("both shards READY with 3 ACKed heartbeats %v after the boot", time.Since(started).Round(time.Millisecond))
+	hs := regexp.MustCompile(`shard (\d): TLS 1\.3 (TLS_\S+) x25519 sig=0x0403 chain=2 name=` + regexp.QuoteMeta(wssHost) + ` \(handshake slot (\d) wiped and freed\)`)
+	if m := hs.FindAllStringSubmatch(n.serial.String(), -1); len(m) < 2 {
+		t.Errorf("want a TLS line per shard, got %q", m)
+	} else {
+		t.Logf("handshakes: %q", m)
+	}
+	for _, re := range []string{
+		`memory per shard with TLS \(wss://\): the workspace holds the record state \d+ and the record buffer \d+; handshake slots shared by all shards: 4 x \d+ bytes`,
+		`shard 0: STARTING: connecting to wss://` + regexp.QuoteMeta(wssHost) + `:7878/\?v=10&encoding=json`,
+	} {
+		if n.serial.waitFor(regexp.MustCompile(re), 5*time.Second) == nil {
+			t.Errorf("no console line %q", re)
+		}
+	}
+	if m := regexp.MustCompile(`memory per shard: context \d+ \+ Gateway workspace \d+ \+ TCP block \d+ = (\d+) bytes`).FindStringSubmatch(n.serial.String()); m != nil {
+		t.Logf("memory per shard with TLS: %s bytes (budget 96 KiB = 98304)", m[1])
+	}
+	if ids := l.emu.Identifies(); len(ids) != 2 {
+		t.Errorf("%d Identifies, want 2", len(ids))
+	}
+
+	// A forced close: the shard Resumes the same session over a new TLS
+	// connection to the resume URL.
+	ses0, ok := l.shardSession(0)
+	if !ok {
+		t.Fatal("no live session of shard 0")
+	}
+	zero := 0
+	if _, err := l.emu.Inject(gatewayemu.Fault{Kind: gatewayemu.FaultDrop, Shard: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	l.awaitEmu(40*time.Second, "shard 0 resumed over wss://", func(gatewayemu.State) bool {
+		ses, ok := l.shardSession(0)
+		return ok && ses.ID == ses0.ID && ses.Resumes > ses0.Resumes
+	})
+	if c := strings.Count(n.serial.String(), "shard 0: TLS 1.3 "); c < 2 {
+		t.Errorf("shard 0 made %d TLS handshakes, want a second one for the Resume", c)
+	}
+	if ids := l.emu.Identifies(); len(ids) != 2 {
+		t.Errorf("%d Identifies after the Resume, want still 2", len(ids))
+	}
+	if v := l.emu.Violations(); len(v) != 0 {
+		t.Errorf("emulator violations: %s", violationReport(v))
+	}
+}
+
+// TestKernelGatewayWSSUnknownRoot boots a node whose image trusts another
+// P-384 root than the one the emulator's chain ends in: every shard
+// refuses the chain with unknown_ca (console and reset line), retries
+// after its backoff and refuses again, and the emulator never sees an
+// Identify (the token is never sent on a refused connection).
+func TestKernelGatewayWSSUnknownRoot(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	other := newTLSGetCA(t, "wss other root", wssHost)
+	l := newWSSLab(t, ctx, "10.98.0", [4]byte{10, 98, 0, 1}, 2, func(*gatewayemu.Emulator) []byte { return other.rootPEM })
+	n := l.boot("gw-wss-bad", "e1000", 2)
+	for _, re := range []string{
+		`shard 0: TLS refused: unknown_ca\r?\n`,
+		`shard 1: TLS refused: unknown_ca\r?\n`,
+		`shard 0: unknown_ca: phase 10 tcp \d+ close 0 seq \d+ acks 0 reconnects 0 tls 1\r?\n`,
+	} {
+		if n.serial.waitFor(regexp.MustCompile(re), 60*time.Second) == nil {
+			t.Fatalf("no console line %q", re)
+		}
+	}
+	// The retry after the 5 s backoff refuses again.
+	if n.serial.waitFor(regexp.MustCompile(`shard 0: unknown_ca: phase 10 tcp \d+ close 0 seq \d+ acks 0 reconnects 1 tls 1`), 20*time.Second) == nil {
+		t.Error("no second refusal after the backoff")
+	}
+	if ids := l.emu.Identifies(); len(ids) != 0 {
+		t.Errorf("%d Identifies on refused connections, want 0", len(ids))
+	}
+	if c := len(l.emu.Sessions()); c != 0 {
+		t.Errorf("%d emulator sessions, want none", c)
+	}
+	if strings.Contains(n.serial.String(), "upgrade") {
+		t.Error("a WebSocket upgrade was sent on a refused connection")
+	}
+}
