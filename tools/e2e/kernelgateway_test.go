@@ -668,8 +668,9 @@ type ladderFigures struct {
 	jitter     time.Duration // worst first-heartbeat deviation from the formula
 	idlePct    float64       // share of the last node line spent halted
 	perShard   float64       // bytes a shard owns privately (the banner's sum)
-	// perShardTLS is perShard with the TLS state a wss:// shard will add:
-	// its TLS_CONN and two record buffers (shardMemory).
+	// perShardTLS is perShard (which holds a wss:// shard's TLS_CONN and
+	// record buffer) with the shared handshake slots spread over the
+	// step's shards (shardMemory).
 	perShardTLS float64
 }
 
@@ -677,16 +678,16 @@ type ladderFigures struct {
 // zlib-stream included.
 const shardMemoryBudget = 128 << 10
 
-// shardMemory reads the banner's "memory per shard" line: its parts must
-// add up to its total, and that total plus the TLS state a wss:// shard
-// will add must stay within shardMemoryBudget. The TLS state is the
-// TLS_CONN (appliance.TLSKernelConnBytes, which the TLS self-test checks
-// against the kernel's layout) and two record buffers, one each way, each
-// for the largest record a peer may send (a 5-byte header and
-// appliance.TLSMaxCiphertext): neither is in a shard yet, the kernel's
-// TLS is not wired into the Gateway connections. It returns the banner's
-// total and that sum.
-func shardMemory(t testing.TB, console string) (perShard, withTLS float64) {
+// shardMemory reads the banner's "memory per shard" lines: the parts must
+// add up to the total, the workspace must hold the TLS state a wss://
+// shard uses (its TLS_CONN, appliance.TLSKernelConnBytes, which the TLS
+// self-test checks against the kernel's layout, and one record buffer for
+// the largest record the kernel opens), and that total must stay within
+// shardMemoryBudget. The handshake workspaces are not a shard's: a few
+// slots are shared by all shards, one handshake at a time each (the second
+// line says how many and how large). It returns the banner's total and
+// that total with the shared slots spread over n shards.
+func shardMemory(t testing.TB, console string, n int) (perShard, withTLS float64) {
 	t.Helper()
 	m := regexp.MustCompile(`memory per shard: context (\d+) \+ Gateway workspace (\d+) \+ TCP block (\d+) = (\d+) bytes \(the workspace holds the zlib-stream inflater, (\d+), and the message scanner, (\d+)`).FindStringSubmatch(console)
 	if m == nil {
@@ -697,14 +698,26 @@ func shardMemory(t testing.TB, console string) (perShard, withTLS float64) {
 	if ctx+ws+tcb != total || infl+scan > ws {
 		t.Errorf("the banner's memory per shard does not add up: %s", m[0])
 	}
-	tls := uint64(appliance.TLSKernelConnBytes + 2*(5+appliance.TLSMaxCiphertext))
-	if total+tls > shardMemoryBudget {
-		t.Errorf("a shard owns %d bytes, %d with TLS (TLS_CONN %d, two %d-byte records): over %d", total, total+tls,
-			appliance.TLSKernelConnBytes, 5+appliance.TLSMaxCiphertext, shardMemoryBudget)
+	mt := regexp.MustCompile(`memory per shard with TLS \(wss://\): the workspace holds the record state (\d+) and the record buffer (\d+); handshake slots shared by all shards: (\d+) x (\d+) bytes`).FindStringSubmatch(console)
+	if mt == nil {
+		t.Error("no 'memory per shard with TLS' line in the banner")
+		return float64(total), float64(total)
 	}
-	t.Logf("memory per shard: %d bytes (inflater %d, scanner %d); with TLS's %d-byte TLS_CONN and two %d-byte record buffers %d, %d under %d",
-		total, infl, scan, appliance.TLSKernelConnBytes, 5+appliance.TLSMaxCiphertext, total+tls, shardMemoryBudget-int64(total+tls), shardMemoryBudget)
-	return float64(total), float64(total + tls)
+	conn, rec, slots, slot := mustU(mt[1]), mustU(mt[2]), mustU(mt[3]), mustU(mt[4])
+	// The largest record the kernel opens: a 5-byte header, 2^14 bytes
+	// of content, the content type and the 16-byte tag (a longer one is
+	// record_overflow, RFC 8446 §5.2, before any buffering).
+	const maxRecord = 5 + 1<<14 + 1 + 16
+	if conn != uint64(appliance.TLSKernelConnBytes) || rec != maxRecord || infl+scan+conn+rec > ws {
+		t.Errorf("the workspace's TLS state: %s (TLS_CONN %d, record %d)", mt[0], appliance.TLSKernelConnBytes, maxRecord)
+	}
+	if total > shardMemoryBudget {
+		t.Errorf("a shard owns %d bytes with its TLS state: over %d", total, shardMemoryBudget)
+	}
+	shared := float64(slots*slot) / float64(max(n, 1))
+	t.Logf("memory per shard: %d bytes with TLS (inflater %d, scanner %d, TLS_CONN %d, record buffer %d), %d under %d; shared handshake slots %d x %d bytes (%.0f per shard of %d)",
+		total, infl, scan, conn, rec, shardMemoryBudget-int64(total), shardMemoryBudget, slots, slot, shared, n)
+	return float64(total), float64(total) + shared
 }
 
 // ladderShape is what a ladder step's emulator sends each shard after
@@ -870,7 +883,7 @@ func ladderRunShape(t testing.TB, subnet string, n, mc int, strict bool, shape l
 		t.Errorf("first heartbeats measured on %d connections, want %d", measured, n)
 	}
 	fig.jitter = worst
-	fig.perShard, fig.perShardTLS = shardMemory(t, node.serial.String())
+	fig.perShard, fig.perShardTLS = shardMemory(t, node.serial.String(), n)
 	t.Logf("first heartbeat vs max(1, interval*((id %% 20)+1)/20): worst deviation %v over %d shards", worst.Round(time.Millisecond), measured)
 	// The idle share the node reports with every shard READY (two node
 	// lines later, so the whole interval was spent READY).
