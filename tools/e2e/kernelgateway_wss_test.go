@@ -67,8 +67,10 @@ func newWSSLab(t *testing.T, ctx context.Context, subnet string, bridge [4]byte,
 // only anchor) with the name as SNI, and then speaks WebSocket through
 // its own record state: both READY, heartbeats ACKed, one Identify each.
 // A dropped connection (TCP closed with no close_notify) is Resumed over
-// a fresh TLS connection to the session's wss:// resume URL. The
-// emulator records no violation.
+// a fresh TLS connection to the session's wss:// resume URL; so is a
+// close with code 4000, whose Close frame the shard reads before the
+// close_notify behind it (the reset line carries the code). The emulator
+// records no violation.
 func TestKernelGatewayWSS(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
@@ -120,8 +122,26 @@ func TestKernelGatewayWSS(t *testing.T) {
 	if c := strings.Count(n.serial.String(), "shard 0: TLS 1.3 "); c < 2 {
 		t.Errorf("shard 0 made %d TLS handshakes, want a second one for the Resume", c)
 	}
+	// A Close frame with a resumable code, then close_notify and FIN: the
+	// shard reads the frame before the end of the TLS stream, so its reset
+	// carries the code, and it Resumes.
+	ses1, ok := l.shardSession(1)
+	if !ok {
+		t.Fatal("no live session of shard 1")
+	}
+	one := 1
+	if _, err := l.emu.Inject(gatewayemu.Fault{Kind: gatewayemu.FaultClose, Shard: &one, Code: 4000}); err != nil {
+		t.Fatal(err)
+	}
+	if n.serial.waitFor(regexp.MustCompile(`shard 1: closed by the Gateway: phase 7 tcp \d+ close 4000 `), 20*time.Second) == nil {
+		t.Error("no reset line with close 4000 for shard 1 (the Close frame before close_notify was lost?)")
+	}
+	l.awaitEmu(40*time.Second, "shard 1 resumed over wss://", func(gatewayemu.State) bool {
+		ses, ok := l.shardSession(1)
+		return ok && ses.ID == ses1.ID && ses.Resumes > ses1.Resumes
+	})
 	if ids := l.emu.Identifies(); len(ids) != 2 {
-		t.Errorf("%d Identifies after the Resume, want still 2", len(ids))
+		t.Errorf("%d Identifies after the Resumes, want still 2", len(ids))
 	}
 	if v := l.emu.Violations(); len(v) != 0 {
 		t.Errorf("emulator violations: %s", violationReport(v))
