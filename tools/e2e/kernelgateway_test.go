@@ -672,6 +672,8 @@ type ladderFigures struct {
 	// record buffer) with the shared handshake slots spread over the
 	// step's shards (shardMemory).
 	perShardTLS float64
+	// console is the node's console once every shard was READY.
+	console string
 }
 
 // shardMemoryBudget is the issue's bound on what one shard owns, TLS and
@@ -723,6 +725,12 @@ func shardMemory(t testing.TB, console string, n int) (perShard, withTLS float64
 // ladderShape is what a ladder step's emulator sends each shard after
 // READY, and the bound on its last READY.
 type ladderShape struct {
+	// wss runs the step over wss://: the emulator serves TLS under
+	// wssHost, resolved by the namespace's DNS, the controller hands out
+	// wss://, and the node boots an image whose only anchor is the
+	// emulator's root (wssPrepare). DPXE_SCALE_WSS=1 sets it for
+	// TestKernelGatewayScale's steps.
+	wss bool
 	// guilds is the number of guilds routed to each shard, one
 	// GUILD_CREATE each after READY: ladderGuildBytes of `d`, the last
 	// ladderLastGuildBytes, over the kernel's GW_SINK_REPORT (64 KiB), so
@@ -780,8 +788,16 @@ func ladderRunShape(t testing.TB, subnet string, n, mc int, strict bool, shape l
 		}
 		eo.GuildCreateBytes[shape.guilds-1] = ladderLastGuildBytes
 	}
-	l := newGWLab(t, ctx, subnet, eo,
-		"--total-shards", fmt.Sprint(n), "--lease", "30s", "--max-concurrency", fmt.Sprint(mc))
+	serveArgs := []string{"--total-shards", fmt.Sprint(n), "--lease", "30s", "--max-concurrency", fmt.Sprint(mc)}
+	var l *gwLab
+	if shape.wss {
+		eo.TLS, eo.PublicHost = true, wssHost
+		l = newGWLabNoServe(t, ctx, subnet, eo)
+		bridge := netip.MustParseAddr(subnet + ".1").As4()
+		wssPrepare(t, l, bridge, l.emu.CAPEM(), serveArgs...)
+	} else {
+		l = newGWLab(t, ctx, subnet, eo, serveArgs...)
+	}
 	node := l.boot(fmt.Sprintf("ladder-%d", n), "virtio-net-pci", uint32(n))
 	if node.serial.waitFor(regexp.MustCompile(`plan: generation \d+, `+fmt.Sprint(n)+` of `), 60*time.Second) == nil {
 		t.Fatal("the node never got its plan")
@@ -884,6 +900,7 @@ func ladderRunShape(t testing.TB, subnet string, n, mc int, strict bool, shape l
 	}
 	fig.jitter = worst
 	fig.perShard, fig.perShardTLS = shardMemory(t, node.serial.String(), n)
+	fig.console = node.serial.String()
 	t.Logf("first heartbeat vs max(1, interval*((id %% 20)+1)/20): worst deviation %v over %d shards", worst.Round(time.Millisecond), measured)
 	// The idle share the node reports with every shard READY (two node
 	// lines later, so the whole interval was spent READY).
@@ -1037,6 +1054,10 @@ func TestKernelGatewayScale(t *testing.T) {
 		shape  ladderShape
 	}{{128, 16, "10.86.0", ladderShape{guilds: 64, readyFloor: 1.06}}, {128, 1, "10.85.0", ladderShape{}}} {
 		name := fmt.Sprintf("%d-shards-mc%d", step.n, step.mc)
+		if os.Getenv("DPXE_SCALE_WSS") == "1" {
+			step.shape.wss = true // over wss:// (untested at 128 shards so far)
+			name += "-wss"
+		}
 		if step.shape.guilds > 0 {
 			name += fmt.Sprintf("-zlib-%d-guilds", step.shape.guilds)
 		}

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -20,24 +21,37 @@ const wssHost = "gateway.test"
 
 // newWSSLab is a gwLab whose emulator serves wss:// (TLS 1.3, the
 // Discord-shaped chain of gatewayemu's setupTLS) under the name wssHost,
-// resolved by a DNS server in the namespace that DHCP (dnsmasq) names to
-// the nodes, and whose controller hands out wss://wssHost:7878. Nodes boot
-// an image built here whose only trust anchor is anchor(emulator) (its
-// root, or another).
+// with its controller started by wssPrepare.
 func newWSSLab(t *testing.T, ctx context.Context, subnet string, bridge [4]byte, shards int, anchor func(*gatewayemu.Emulator) []byte) *gwLab {
 	t.Helper()
 	l := newGWLabNoServe(t, ctx, subnet, gatewayemu.Options{HeartbeatInterval: time.Second, Shards: shards, MaxConcurrency: shards,
 		TLS: true, PublicHost: wssHost, ResumeTimeout: 2 * time.Minute})
+	total := fmt.Sprint(shards)
+	wssPrepare(t, l, bridge, anchor(l.emu), "--total-shards", total, "--max-concurrency", total, "--lease", "15s")
+	return l
+}
+
+// wssPrepare readies a gwLab whose emulator serves wss:// under wssHost
+// (Options.TLS and PublicHost wssHost): it builds an image whose only
+// trust anchor is anchorPEM (the emulator's root, or another), which the
+// lab's nodes boot; starts a DNS server on the bridge that resolves
+// wssHost to bridge, and dnsmasq for DHCP naming it, so nodes boot
+// without ip=; and starts `dpxe serve` handing out wss://wssHost:7878
+// (--gateway-url: the emulator's REST routes are https with a root the
+// controller does not hold) with the extra flags.
+func wssPrepare(t testing.TB, l *gwLab, bridge [4]byte, anchorPEM []byte, serveArgs ...string) {
+	t.Helper()
+	subnet := l.subnet
 	dir := t.TempDir()
 	start := time.Now()
-	if _, err := image.Build(ctx, image.Options{Sources: kernel.Sources, OutDir: dir,
-		Trust: []image.TrustSource{{Name: "wss-test-root", PEM: anchor(l.emu)}}}); err != nil {
+	if _, err := image.Build(l.ctx, image.Options{Sources: kernel.Sources, OutDir: dir,
+		Trust: []image.TrustSource{{Name: "wss-test-root", PEM: anchorPEM}}}); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("image with the test anchor: %v", time.Since(start).Round(time.Millisecond))
 	l.kernel = filepath.Join(dir, image.KernelFile)
 	startLabDNS(t, l.ns.Name, subnet+".1", 60, map[string][4]byte{wssHost: bridge})
-	dnsmasq := l.ns.Command(ctx, "dnsmasq", "--no-daemon", "--conf-file=/dev/null", "--port=0",
+	dnsmasq := l.ns.Command(l.ctx, "dnsmasq", "--no-daemon", "--conf-file=/dev/null", "--port=0",
 		"--interface=br0", "--bind-interfaces", "--no-ping", "--pid-file=",
 		"--dhcp-leasefile="+filepath.Join(t.TempDir(), "leases"),
 		"--dhcp-range="+subnet+".100,"+subnet+".150,255.255.255.0,2m",
@@ -52,12 +66,9 @@ func newWSSLab(t *testing.T, ctx context.Context, subnet string, bridge [4]byte,
 		dnsmasq.Wait()
 	})
 	l.dhcp = true
-	total := string(rune('0' + shards))
-	l.srvArgs = []string{"serve", "--db", filepath.Join(l.dir, "dpxe.db"), "--listen", subnet + ".1:8080", "--no-dashboard",
-		"--gateway-url", "wss://" + wssHost + ":7878", "--bot-token-file", l.botToken,
-		"--total-shards", total, "--max-concurrency", total, "--lease", "15s"}
+	l.srvArgs = append([]string{"serve", "--db", filepath.Join(l.dir, "dpxe.db"), "--listen", subnet + ".1:8080", "--no-dashboard",
+		"--gateway-url", "wss://" + wssHost + ":7878", "--bot-token-file", l.botToken}, serveArgs...)
 	l.startServe()
-	return l
 }
 
 // TestKernelGatewayWSS runs two shards of one node over wss:// against the
@@ -183,5 +194,21 @@ func TestKernelGatewayWSSUnknownRoot(t *testing.T) {
 	}
 	if strings.Contains(n.serial.String(), "upgrade") {
 		t.Error("a WebSocket upgrade was sent on a refused connection")
+	}
+}
+
+// TestKernelGatewayWSSLadder is a ladder step over wss:// (the harness
+// TestKernelGatewayScale uses with DPXE_SCALE_WSS=1): 6 shards with
+// max_concurrency 3 start at once, more than the kernel's 4 TLS handshake
+// slots, so some wait for a slot (a console line says so) and all reach
+// READY within the Identify floor's bound, one Identify each, with no
+// violation (ladderRunShape's checks).
+func TestKernelGatewayWSSLadder(t *testing.T) {
+	f := ladderRunShape(t, "10.99.0", 6, 3, true, ladderShape{wss: true})
+	if c := len(regexp.MustCompile(`shard \d+: TLS 1\.3 `).FindAllString(f.console, -1)); c < 6 {
+		t.Errorf("%d TLS handshakes on the console, want 6", c)
+	}
+	if !strings.Contains(f.console, "waiting for a TLS handshake slot") {
+		t.Error("no shard waited for a handshake slot: 6 shards, 4 slots")
 	}
 }
