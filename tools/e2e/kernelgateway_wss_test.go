@@ -93,6 +93,14 @@ func TestKernelGatewayWSS(t *testing.T) {
 		return m[0] == 1 && m[1] == 1
 	})
 	t.Logf("both shards READY with 3 ACKed heartbeats %v after the boot", time.Since(started).Round(time.Millisecond))
+	// The emulator counts a session from its accepted Identify; the node
+	// holds it once it has read READY. A fault before that would find no
+	// session to Resume (seen once: the drop came between the two).
+	for _, re := range []string{`shard 0: READY session `, `shard 1: READY session `} {
+		if n.serial.waitFor(regexp.MustCompile(re), 20*time.Second) == nil {
+			t.Fatalf("no console line %q", re)
+		}
+	}
 	hs := regexp.MustCompile(`shard (\d): TLS 1\.3 (TLS_\S+) x25519 sig=0x0403 chain=2 name=` + regexp.QuoteMeta(wssHost) + ` \(handshake slot (\d) wiped and freed\)`)
 	if m := hs.FindAllStringSubmatch(n.serial.String(), -1); len(m) < 2 {
 		t.Errorf("want a TLS line per shard, got %q", m)
