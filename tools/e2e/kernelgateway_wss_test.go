@@ -172,9 +172,10 @@ func TestKernelGatewayWSS(t *testing.T) {
 
 // TestKernelGatewayWSSUnknownRoot boots a node whose image trusts another
 // P-384 root than the one the emulator's chain ends in: every shard
-// refuses the chain with unknown_ca (console and reset line), retries
-// after its backoff and refuses again, and the emulator never sees an
-// Identify (the token is never sent on a refused connection).
+// refuses the chain with unknown_ca (console, reset line and the
+// controller's last_error), retries after its backoff and refuses again,
+// and the emulator never sees an Identify (the token is never sent on a
+// refused connection).
 func TestKernelGatewayWSSUnknownRoot(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
@@ -193,6 +194,22 @@ func TestKernelGatewayWSSUnknownRoot(t *testing.T) {
 	// The retry after the 5 s backoff refuses again.
 	if n.serial.waitFor(regexp.MustCompile(`shard 0: unknown_ca: phase 10 tcp \d+ close 0 seq \d+ acks 0 reconnects 1 tls 1`), 20*time.Second) == nil {
 		t.Error("no second refusal after the backoff")
+	}
+	// The reason reached the controller as each shard's last_error.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		d, err := l.nodeDetail("gw-wss-bad")
+		ok := err == nil && len(d.Shards) == 2
+		for _, s := range d.Shards {
+			ok = ok && s.LastError == "unknown_ca"
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("last_error at the controller: %+v (%v), want unknown_ca for both shards", d.Shards, err)
+		}
+		time.Sleep(300 * time.Millisecond)
 	}
 	if ids := l.emu.Identifies(); len(ids) != 0 {
 		t.Errorf("%d Identifies on refused connections, want 0", len(ids))
