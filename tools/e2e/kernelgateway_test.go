@@ -794,7 +794,7 @@ func ladderRunShape(t testing.TB, subnet string, n, mc int, strict bool, shape l
 		eo.TLS, eo.PublicHost = true, wssHost
 		l = newGWLabNoServe(t, ctx, subnet, eo)
 		bridge := netip.MustParseAddr(subnet + ".1").As4()
-		wssPrepare(t, l, bridge, l.emu.CAPEM(), serveArgs...)
+		wssPrepare(t, l, bridge, l.emu.CAPEM(), wssHost, serveArgs...)
 	} else {
 		l = newGWLab(t, ctx, subnet, eo, serveArgs...)
 	}

@@ -24,23 +24,30 @@ const wssHost = "gateway.test"
 // Discord-shaped chain of gatewayemu's setupTLS) under the name wssHost,
 // with its controller started by wssPrepare.
 func newWSSLab(t *testing.T, ctx context.Context, subnet string, bridge [4]byte, shards int, anchor func(*gatewayemu.Emulator) []byte) *gwLab {
+	return newWSSLabDial(t, ctx, subnet, bridge, shards, anchor, wssHost)
+}
+
+// newWSSLabDial is newWSSLab with the controller handing out
+// wss://dialHost:7878 (dialHost resolves to the emulator too).
+func newWSSLabDial(t *testing.T, ctx context.Context, subnet string, bridge [4]byte, shards int, anchor func(*gatewayemu.Emulator) []byte, dialHost string) *gwLab {
 	t.Helper()
 	l := newGWLabNoServe(t, ctx, subnet, gatewayemu.Options{HeartbeatInterval: time.Second, Shards: shards, MaxConcurrency: shards,
 		TLS: true, PublicHost: wssHost, ResumeTimeout: 2 * time.Minute})
 	total := fmt.Sprint(shards)
-	wssPrepare(t, l, bridge, anchor(l.emu), "--total-shards", total, "--max-concurrency", total, "--lease", "15s")
+	wssPrepare(t, l, bridge, anchor(l.emu), dialHost, "--total-shards", total, "--max-concurrency", total, "--lease", "15s")
 	return l
 }
 
 // wssPrepare readies a gwLab whose emulator serves wss:// under wssHost
-// (Options.TLS and PublicHost wssHost): it builds an image whose only
+// (Options.TLS and PublicHost wssHost), dialled as dialHost (wssHost, or
+// another name for the same address): it builds an image whose only
 // trust anchor is anchorPEM (the emulator's root, or another), which the
 // lab's nodes boot; starts a DNS server on the bridge that resolves
 // wssHost to bridge, and dnsmasq for DHCP naming it, so nodes boot
-// without ip=; and starts `dpxe serve` handing out wss://wssHost:7878
+// without ip=; and starts `dpxe serve` handing out wss://dialHost:7878
 // (--gateway-url: the emulator's REST routes are https with a root the
 // controller does not hold) with the extra flags.
-func wssPrepare(t testing.TB, l *gwLab, bridge [4]byte, anchorPEM []byte, serveArgs ...string) {
+func wssPrepare(t testing.TB, l *gwLab, bridge [4]byte, anchorPEM []byte, dialHost string, serveArgs ...string) {
 	t.Helper()
 	subnet := l.subnet
 	dir := t.TempDir()
@@ -51,7 +58,7 @@ func wssPrepare(t testing.TB, l *gwLab, bridge [4]byte, anchorPEM []byte, serveA
 	}
 	t.Logf("image with the test anchor: %v", time.Since(start).Round(time.Millisecond))
 	l.kernel = filepath.Join(dir, image.KernelFile)
-	startLabDNS(t, l.ns.Name, subnet+".1", 60, map[string][4]byte{wssHost: bridge})
+	startLabDNS(t, l.ns.Name, subnet+".1", 60, map[string][4]byte{wssHost: bridge, dialHost: bridge})
 	dnsmasq := l.ns.Command(l.ctx, "dnsmasq", "--no-daemon", "--conf-file=/dev/null", "--port=0",
 		"--interface=br0", "--bind-interfaces", "--no-ping", "--pid-file=",
 		"--dhcp-leasefile="+filepath.Join(t.TempDir(), "leases"),
@@ -68,7 +75,7 @@ func wssPrepare(t testing.TB, l *gwLab, bridge [4]byte, anchorPEM []byte, serveA
 	})
 	l.dhcp = true
 	l.srvArgs = append([]string{"serve", "--db", filepath.Join(l.dir, "dpxe.db"), "--listen", subnet + ".1:8080", "--no-dashboard",
-		"--gateway-url", "wss://" + wssHost + ":7878", "--bot-token-file", l.botToken}, serveArgs...)
+		"--gateway-url", "wss://" + dialHost + ":7878", "--bot-token-file", l.botToken}, serveArgs...)
 	l.startServe()
 }
 
@@ -245,5 +252,21 @@ func TestKernelGatewayWSSLadder(t *testing.T) {
 	}
 	if !strings.Contains(f.console, "waiting for a TLS handshake slot") {
 		t.Error("no shard waited for a handshake slot: 6 shards, 4 slots")
+	}
+}
+
+// TestKernelGatewayWSSNameMismatch dials the emulator under a name its
+// leaf does not carry (the chain is trusted): the shard sends that name as
+// SNI, refuses with name_mismatch, and nothing reaches the WebSocket.
+func TestKernelGatewayWSSNameMismatch(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	l := newWSSLabDial(t, ctx, "10.95.0", [4]byte{10, 95, 0, 1}, 1, (*gatewayemu.Emulator).CAPEM, "elsewhere.test")
+	n := l.boot("gw-wss-name", "e1000", 1)
+	if n.serial.waitFor(regexp.MustCompile(`shard 0: TLS refused: name_mismatch\r?\n`), 60*time.Second) == nil {
+		t.Fatal("no name_mismatch refusal on the console")
+	}
+	if c := len(l.emu.Sessions()); c != 0 || len(l.emu.Identifies()) != 0 {
+		t.Errorf("%d emulator sessions, %d Identifies, want none", c, len(l.emu.Identifies()))
 	}
 }
