@@ -66,6 +66,9 @@ type gwLab struct {
 	// kernel, when set, is the kernel image nodes boot instead of the
 	// shared one (an image built with a test trust anchor, say).
 	kernel string
+	// hellos records the Random of every ClientHello the emulator
+	// receives, when it serves TLS (Options.TLS).
+	hellos *helloLog
 }
 
 type gwNode struct {
@@ -115,6 +118,10 @@ func newGWLabNoServe(t testing.TB, ctx context.Context, subnet string, emu gatew
 	ln, err := listenInNetns(ns.Name, subnet+".1:7878")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if emu.TLS {
+		l.hellos = &helloLog{}
+		ln = &helloListener{Listener: ln, log: l.hellos}
 	}
 	go e.Serve(ln)
 	for i := 0; strings.Contains(e.URL(), "://:") || strings.HasSuffix(e.URL(), "//"); i++ {

@@ -89,7 +89,7 @@ func wssPrepare(t testing.TB, l *gwLab, bridge [4]byte, anchorPEM []byte, dialHo
 // a fresh TLS connection to the session's wss:// resume URL; so is a
 // close with code 4000, whose Close frame the shard reads before the
 // close_notify behind it (the reset line carries the code). The emulator
-// records no violation.
+// records no violation, and no ClientHello Random repeats.
 func TestKernelGatewayWSS(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
@@ -172,6 +172,19 @@ func TestKernelGatewayWSS(t *testing.T) {
 	}
 	if v := l.emu.Violations(); len(v) != 0 {
 		t.Errorf("emulator violations: %s", violationReport(v))
+	}
+	// Every handshake drew its own Random (and key share) from the DRBG:
+	// none repeats across the shards and their reconnects.
+	rs := l.hellos.randoms()
+	seen := map[string]bool{}
+	for _, r := range rs {
+		if seen[r] {
+			t.Errorf("ClientHello Random %s seen twice in %d handshakes", r, len(rs))
+		}
+		seen[r] = true
+	}
+	if len(rs) < 4 {
+		t.Errorf("%d ClientHellos, want at least 4 (two shards, two Resumes)", len(rs))
 	}
 	for _, m := range regexp.MustCompile(`shard \d: [^\n]*: phase \d+ tcp [^\n]*`).FindAllString(n.serial.String(), -1) {
 		t.Logf("reset: %s", m)
