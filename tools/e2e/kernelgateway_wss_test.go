@@ -17,8 +17,13 @@ import (
 )
 
 // wssHost is the Gateway host name the namespace's DNS resolves to the
-// emulator (the leaf names it; the kernel sends it as SNI).
-const wssHost = "gateway.test"
+// emulator (the leaf names it; the kernel sends it as SNI), and
+// wssResumeHost the host of READY's resume_gateway_url (named by the leaf
+// too, resolved to the same address).
+const (
+	wssHost       = "gateway.test"
+	wssResumeHost = "resume.gateway.test"
+)
 
 // newWSSLab is a gwLab whose emulator serves wss:// (TLS 1.3, the
 // Discord-shaped chain of gatewayemu's setupTLS) under the name wssHost,
@@ -32,7 +37,7 @@ func newWSSLab(t *testing.T, ctx context.Context, subnet string, bridge [4]byte,
 func newWSSLabDial(t *testing.T, ctx context.Context, subnet string, bridge [4]byte, shards int, anchor func(*gatewayemu.Emulator) []byte, dialHost string) *gwLab {
 	t.Helper()
 	l := newGWLabNoServe(t, ctx, subnet, gatewayemu.Options{HeartbeatInterval: time.Second, Shards: shards, MaxConcurrency: shards,
-		TLS: true, PublicHost: wssHost, ResumeTimeout: 2 * time.Minute})
+		TLS: true, PublicHost: wssHost, ResumeHost: wssResumeHost, ResumeTimeout: 2 * time.Minute})
 	total := fmt.Sprint(shards)
 	wssPrepare(t, l, bridge, anchor(l.emu), dialHost, "--total-shards", total, "--max-concurrency", total, "--lease", "15s")
 	return l
@@ -58,7 +63,7 @@ func wssPrepare(t testing.TB, l *gwLab, bridge [4]byte, anchorPEM []byte, dialHo
 	}
 	t.Logf("image with the test anchor: %v", time.Since(start).Round(time.Millisecond))
 	l.kernel = filepath.Join(dir, image.KernelFile)
-	startLabDNS(t, l.ns.Name, subnet+".1", 60, map[string][4]byte{wssHost: bridge, dialHost: bridge})
+	startLabDNS(t, l.ns.Name, subnet+".1", 60, map[string][4]byte{wssHost: bridge, wssResumeHost: bridge, dialHost: bridge})
 	dnsmasq := l.ns.Command(l.ctx, "dnsmasq", "--no-daemon", "--conf-file=/dev/null", "--port=0",
 		"--interface=br0", "--bind-interfaces", "--no-ping", "--pid-file=",
 		"--dhcp-leasefile="+filepath.Join(t.TempDir(), "leases"),
@@ -85,8 +90,8 @@ func wssPrepare(t testing.TB, l *gwLab, bridge [4]byte, anchorPEM []byte, dialHo
 // intermediate signed ECDSA-SHA384, the P-384 test root as the image's
 // only anchor) with the name as SNI, and then speaks WebSocket through
 // its own record state: both READY, heartbeats ACKed, one Identify each.
-// A dropped connection (TCP closed with no close_notify) is Resumed over
-// a fresh TLS connection to the session's wss:// resume URL; so is a
+// A dropped connection is Resumed over a fresh TLS connection to the
+// session's wss:// resume URL, whose own host name is the SNI; so is a
 // close with code 4000, whose Close frame the shard reads before the
 // close_notify behind it (the reset line carries the code). The emulator
 // records no violation, and no ClientHello Random repeats.
@@ -148,6 +153,16 @@ func TestKernelGatewayWSS(t *testing.T) {
 	})
 	if c := strings.Count(n.serial.String(), "shard 0: TLS 1.3 "); c < 2 {
 		t.Errorf("shard 0 made %d TLS handshakes, want a second one for the Resume", c)
+	}
+	// The Resume went to READY's resume URL, by its own name: its SNI and
+	// the name the leaf was checked against.
+	for _, re := range []string{
+		`shard 0: STARTING: connecting to wss://` + regexp.QuoteMeta(wssResumeHost) + `:7878/\?v=10&encoding=json \(10\.97\.0\.1\) to Resume`,
+		`shard 0: TLS 1\.3 \S+ x25519 sig=0x0403 chain=2 name=` + regexp.QuoteMeta(wssResumeHost) + ` in `,
+	} {
+		if n.serial.waitFor(regexp.MustCompile(re), 5*time.Second) == nil {
+			t.Errorf("no console line %q", re)
+		}
 	}
 	// A Close frame with a resumable code, then close_notify and FIN: the
 	// shard reads the frame before the end of the TLS stream, so its reset
