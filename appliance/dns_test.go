@@ -292,7 +292,8 @@ func TestControllerList(t *testing.T) {
 		"http://a,":                                     false,
 		",http://a":                                     false,
 		"http://a,,http://b":                            false,
-		"http://a,https://b":                            false,
+		"http://a,https://b":                            true, // https:// needs controller_pin= at check-in, not here
+		"http://a,ftp://b":                              false,
 		"http://a,http://b:0":                           false,
 		"http://a:1,http://" + strings.Repeat("a", 182): true,
 		"http://a:1,http://" + strings.Repeat("a", 183): false,
@@ -339,7 +340,8 @@ func TestTakeControllers(t *testing.T) {
 		{"http://controller.test:8081", []string{"http://10.0.0.9:8080", "http://controller.test:8081"}, ours, 1, false},
 		{"http://controller.test:8081", []string{"http://10.96.0.1:8081"}, "http://10.96.0.1:8081", 0, true},
 		{"http://controller.test:8081", []string{"http://a", "http://controller.test:8081"}, "http://a,http://controller.test:8081", 1, true},
-		{"http://controller.test:8081", []string{"https://a"}, ours, 1, false},
+		{"http://controller.test:8081", []string{"https://a"}, "https://a", 0, true},
+		{"http://controller.test:8081", []string{"ftp://a"}, ours, 1, false},
 		{"http://controller.test:8081", []string{"http://a", "http://b", "http://c", "http://d", "http://e"}, ours, 1, false},
 		{"http://controller.test:8081", []string{"http://a,http://b"}, "http://a,http://b", 0, true},
 	} {
