@@ -96,6 +96,7 @@ text_start:
 %include "lib/gwscan.inc"		; streaming Gateway message scanner
 %include "lib/nats.inc"		; NATS protocol reader (server to client)
 %include "gateway/gateway.inc"	; per-shard Gateway sessions
+%include "node/natsnode.inc"		; event delivery: the node's NATS client
 %include "selftest/lib_selftest.inc"
 %include "selftest/inflate_selftest.inc"	; lib/inflate.inc
 %include "selftest/gwscan_selftest.inc"	; lib/gwscan.inc

@@ -1,0 +1,250 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/discord-pxe/dpxe/fleet/events"
+	"github.com/discord-pxe/dpxe/fleet/events/natsauth"
+	"github.com/discord-pxe/dpxe/tools/gatewayemu"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// nsDialer opens NATS client connections inside a test's namespace.
+type nsDialer struct{ ns string }
+
+func (d nsDialer) Dial(network, address string) (net.Conn, error) {
+	var c net.Conn
+	err := inNetns(d.ns, func() (err error) {
+		c, err = net.DialTimeout(network, address, 5*time.Second)
+		return err
+	})
+	return c, err
+}
+
+// streamEvent is one message of the events stream as the test reads it.
+type streamEvent struct {
+	streamSeq uint64
+	subject   string
+	msgID     string
+	meta      events.Meta
+	body      []byte
+}
+
+// readEventStream reads every message of the app's stream, in stream order.
+func readEventStream(ctx context.Context, js jetstream.JetStream, app string) ([]streamEvent, error) {
+	name, err := events.StreamName(app)
+	if err != nil {
+		return nil, err
+	}
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []streamEvent
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			return nil, fmt.Errorf("stream message %d: %w", seq, err)
+		}
+		ev := streamEvent{streamSeq: seq, subject: m.Subject, msgID: m.Header.Get("Nats-Msg-Id"), body: m.Data}
+		if ev.meta, err = events.ParseHeader(m.Header); err != nil {
+			return nil, fmt.Errorf("stream message %d (%s): headers: %w", seq, m.Subject, err)
+		}
+		out = append(out, ev)
+	}
+	return out, nil
+}
+
+// TestKernelEventsToJetStream: a kernel node running 2 shards of the
+// emulator (20 MESSAGE_CREATE/s per session, zlib-stream) gets broker
+// access with its check-in answer from `dpxe serve --nats-auth` and
+// publishes every dispatch to the embedded JetStream. After 150 dispatches
+// per session, every dispatch the emulator sent (READY, GUILD_CREATEs,
+// messages: its record) must be in the stream exactly once, in order per
+// shard, compared event by event: subject, Nats-Msg-Id, the Dpxe-* headers
+// and the body's bytes. The node's console says nothing was lost and never
+// shows its NATS password.
+func TestKernelEventsToJetStream(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	start := time.Now()
+	const subnet = "10.123.0"
+	const app = "bot"
+	const want = 150 // dispatches per session compared
+	l := newGWLab(t, ctx, subnet, gatewayemu.Options{HeartbeatInterval: 2 * time.Second, Shards: 2, MaxConcurrency: 2,
+		MessagesPerSecond: 20, ReplayLimit: 100000},
+		"--total-shards", "2", "--lease", "15s", "--nats-auth", "--nats-listen", subnet+".1:4222")
+	node := l.boot("ev-node", "virtio-net-pci", 2)
+	if node.serial.waitFor(regexp.MustCompile(`nats: connected to nats://`+regexp.QuoteMeta(subnet)+`\.1:4222 as node-ev-node`), 120*time.Second) == nil {
+		t.Fatal("the node did not connect to the broker")
+	}
+	l.awaitEmu(90*time.Second, fmt.Sprintf("two sessions with %d dispatches each", want), func(s gatewayemu.State) bool {
+		n := 0
+		for _, sh := range s.Shards {
+			for _, ss := range sh.Sessions {
+				if ss.Seq >= want {
+					n++
+				}
+			}
+		}
+		return n >= 2
+	})
+
+	f, err := natsauth.Open(filepath.Join(l.dir, natsauth.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pass, err := f.AddWorker("tester")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nc *nats.Conn
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(300 * time.Millisecond) {
+		nc, err = nats.Connect("nats://"+subnet+".1:4222", nats.UserInfo("worker-tester", pass), nats.SetCustomDialer(nsDialer{l.ns.Name}),
+			nats.NoReconnect())
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("worker connect: %v", err)
+		}
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	sessions := l.emu.Sessions()
+	if len(sessions) != 2 {
+		t.Fatalf("emulator sessions: %+v", sessions)
+	}
+	var got []streamEvent
+	complete := func() bool {
+		have := map[string]map[uint64]bool{}
+		for _, ev := range got {
+			if have[ev.meta.Session] == nil {
+				have[ev.meta.Session] = map[uint64]bool{}
+			}
+			have[ev.meta.Session][ev.meta.Seq] = true
+		}
+		for _, s := range sessions {
+			for q := uint64(1); q <= want; q++ {
+				if !have[s.ID][q] {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(time.Second) {
+		if got, err = readEventStream(ctx, js, app); err != nil {
+			t.Fatal(err)
+		}
+		if complete() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the stream does not hold dispatches 1..%d of both sessions after 60 s (%d messages)", want, len(got))
+		}
+	}
+
+	// Event by event against the emulator's record.
+	for _, s := range sessions {
+		recs, ok := l.emu.Dispatched(s.ID)
+		if !ok {
+			t.Fatalf("session %s: no record", s.ID)
+		}
+		bySeq := map[uint64][]byte{}
+		for _, r := range recs {
+			bySeq[uint64(r.Seq)] = r.Frame
+		}
+		if len(recs) == 0 || recs[0].Seq != 1 {
+			t.Fatalf("session %s: the record does not start at 1", s.ID)
+		}
+		seen := map[uint64]int{}
+		var last uint64
+		for _, ev := range got {
+			if ev.meta.Session != s.ID {
+				continue
+			}
+			q := ev.meta.Seq
+			seen[q]++
+			if q <= last {
+				t.Errorf("session %s: stream message %d has seq %d after seq %d", s.ID, ev.streamSeq, q, last)
+			}
+			last = q
+			frame, ok := bySeq[q]
+			if !ok {
+				t.Errorf("session %s: stream message %d: seq %d was never sent", s.ID, ev.streamSeq, q)
+				continue
+			}
+			var head struct {
+				T string `json:"t"`
+			}
+			if err := json.Unmarshal(frame, &head); err != nil {
+				t.Fatal(err)
+			}
+			subj, _ := events.EventSubject(app, uint32(s.Shard[0]), head.T)
+			switch {
+			case ev.subject != subj:
+				t.Errorf("session %s seq %d: subject %q, want %q", s.ID, q, ev.subject, subj)
+			case ev.msgID != s.ID+":"+strconv.FormatUint(q, 10):
+				t.Errorf("session %s seq %d: Nats-Msg-Id %q", s.ID, q, ev.msgID)
+			case ev.meta.Shard != uint32(s.Shard[0]) || ev.meta.Node != "ev-node":
+				t.Errorf("session %s seq %d: headers %+v", s.ID, q, ev.meta)
+			case !bytes.Equal(ev.body, frame):
+				t.Errorf("session %s seq %d: body differs:\n got %.200q\nwant %.200q", s.ID, q, ev.body, frame)
+			case ev.meta.Received.Before(s.CreatedAt.Add(-time.Hour)) || ev.meta.Received.After(time.Now().Add(time.Hour)):
+				t.Errorf("session %s seq %d: Dpxe-Received %v far from now", s.ID, q, ev.meta.Received)
+			}
+		}
+		for q := uint64(1); q <= want; q++ {
+			if seen[q] != 1 {
+				t.Errorf("session %s (shard %d): seq %d is in the stream %d times", s.ID, s.Shard[0], q, seen[q])
+			}
+		}
+		t.Logf("shard %d session %s: %d dispatches in the stream (up to seq %d), the emulator sent %d", s.Shard[0], s.ID, len(seen), last, len(recs))
+	}
+	if v := l.emu.Violations(); len(v) != 0 {
+		t.Errorf("emulator violations: %s", violationReport(v))
+	}
+	con := node.serial.String()
+	if strings.Contains(con, pass) || strings.Contains(con, f.NodePassword("ev-node")) {
+		t.Error("a NATS password is on the node's console")
+	}
+	if strings.Contains(con, "not published") {
+		t.Errorf("the node did not publish some dispatches:\n%s", grepLines(con, "not published"))
+	}
+	t.Logf("last nats line: %s; test time %v", lastLine(con, "nats: up"), time.Since(start).Round(time.Second))
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+func lastLine(s, sub string) string {
+	lines := strings.Split(grepLines(s, sub), "\n")
+	return lines[len(lines)-1]
+}
