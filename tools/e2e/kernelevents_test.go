@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/discord-pxe/dpxe/fleet/controller"
 	"github.com/discord-pxe/dpxe/fleet/events"
 	"github.com/discord-pxe/dpxe/fleet/events/natsauth"
 	"github.com/discord-pxe/dpxe/tools/gatewayemu"
@@ -223,6 +224,25 @@ func TestKernelEventsToJetStream(t *testing.T) {
 	}
 	if v := l.emu.Violations(); len(v) != 0 {
 		t.Errorf("emulator violations: %s", violationReport(v))
+	}
+	// The check-in status carries each slot's figures (the controller's view).
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		var d controller.NodeDetail
+		err := l.adminGet("/v1/nodes/ev-node", &d)
+		ok := err == nil && len(d.Shards) == 2
+		for _, sh := range d.Shards {
+			ok = ok && sh.EventsAckedSeq >= want && sh.EventsPublished >= want && sh.EventsLost == 0
+		}
+		if ok {
+			for _, sh := range d.Shards {
+				t.Logf("check-in status of shard %d: events_published %d, events_acked_seq %d, events_in_flight %d, events_lost %d",
+					sh.ID, sh.EventsPublished, sh.EventsAckedSeq, sh.EventsInFlight, sh.EventsLost)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the node's check-in status does not show %d acknowledged dispatches per shard: %+v (%v)", want, d.Shards, err)
+		}
 	}
 	con := node.serial.String()
 	if strings.Contains(con, pass) || strings.Contains(con, f.NodePassword("ev-node")) {
