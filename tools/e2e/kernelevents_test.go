@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -81,30 +82,84 @@ func readEventStream(ctx context.Context, js jetstream.JetStream, app string) ([
 // and the body's bytes. The node's console says nothing was lost and never
 // shows its NATS password.
 func TestKernelEventsToJetStream(t *testing.T) {
+	kernelEvents(t, "10.123.0", 150, 0)
+}
+
+// TestKernelEventsBrokerRestart is TestKernelEventsToJetStream with the
+// broker failing twice: `dpxe serve` (and its embedded broker) frozen
+// with SIGSTOP for 8 s after 30 dispatches per session (PubAcks stop, the
+// node drops the connection after 5 s, its next one gets no INFO), then,
+// after 150, stopped with SIGTERM and started again on the same store 3 s
+// later. The node reconnects each time and sends every dispatch not
+// acknowledged again; dispatches 1..300 of both sessions are in the stream
+// exactly once, equal to the emulator's record.
+func TestKernelEventsBrokerRestart(t *testing.T) {
+	kernelEvents(t, "10.124.0", 300, 150)
+}
+
+// allSessionsAt waits until both emulator sessions sent n dispatches.
+func (l *gwLab) allSessionsAt(n int64, within time.Duration) {
+	l.t.Helper()
+	l.awaitEmu(within, fmt.Sprintf("two sessions with %d dispatches each", n), func(s gatewayemu.State) bool {
+		k := 0
+		for _, sh := range s.Shards {
+			for _, ss := range sh.Sessions {
+				if ss.Seq >= n {
+					k++
+				}
+			}
+		}
+		return k >= 2
+	})
+}
+
+func kernelEvents(t *testing.T, subnet string, want uint64, restartAt int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	start := time.Now()
-	const subnet = "10.123.0"
 	const app = "bot"
-	const want = 150 // dispatches per session compared
-	l := newGWLab(t, ctx, subnet, gatewayemu.Options{HeartbeatInterval: 2 * time.Second, Shards: 2, MaxConcurrency: 2,
+	beat := 2 * time.Second
+	if restartAt > 0 {
+		beat = 10 * time.Second // the shards stop reading while the broker is away
+	}
+	l := newGWLab(t, ctx, subnet, gatewayemu.Options{HeartbeatInterval: beat, Shards: 2, MaxConcurrency: 2,
 		MessagesPerSecond: 20, ReplayLimit: 100000},
-		"--total-shards", "2", "--lease", "15s", "--nats-auth", "--nats-listen", subnet+".1:4222")
+		"--total-shards", "2", "--lease", "30s", "--nats-auth", "--nats-listen", subnet+".1:4222")
 	node := l.boot("ev-node", "virtio-net-pci", 2)
 	if node.serial.waitFor(regexp.MustCompile(`nats: connected to nats://`+regexp.QuoteMeta(subnet)+`\.1:4222 as node-ev-node`), 120*time.Second) == nil {
 		t.Fatal("the node did not connect to the broker")
 	}
-	l.awaitEmu(90*time.Second, fmt.Sprintf("two sessions with %d dispatches each", want), func(s gatewayemu.State) bool {
-		n := 0
-		for _, sh := range s.Shards {
-			for _, ss := range sh.Sessions {
-				if ss.Seq >= want {
-					n++
+	if restartAt > 0 {
+		// First the broker stops answering: frozen for 8 s, so PubAcks
+		// are missing, the node gives the connection up (5 s) and its
+		// next one gets no INFO; then a clean restart.
+		connects := regexp.MustCompile(`nats: connected to`)
+		connected := func(n int) {
+			t.Helper()
+			for deadline := time.Now().Add(60 * time.Second); len(connects.FindAllString(node.serial.String(), -1)) < n; time.Sleep(200 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("the node did not connect to the broker again (%d connections wanted)", n)
 				}
 			}
 		}
-		return n >= 2
-	})
+		l.allSessionsAt(restartAt/2, 90*time.Second)
+		if err := l.srv.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("dpxe serve frozen after %v", time.Since(start).Round(time.Second))
+		time.Sleep(8 * time.Second)
+		if err := l.srv.Process.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		connected(2)
+		l.allSessionsAt(restartAt, 90*time.Second)
+		l.stopServe()
+		t.Logf("dpxe serve stopped after %v", time.Since(start).Round(time.Second))
+		time.Sleep(3 * time.Second)
+		l.startServe()
+		connected(3)
+	}
+	l.allSessionsAt(int64(want), 90*time.Second)
 
 	f, err := natsauth.Open(filepath.Join(l.dir, natsauth.FileName))
 	if err != nil {
@@ -231,7 +286,7 @@ func TestKernelEventsToJetStream(t *testing.T) {
 		err := l.adminGet("/v1/nodes/ev-node", &d)
 		ok := err == nil && len(d.Shards) == 2
 		for _, sh := range d.Shards {
-			ok = ok && sh.EventsAckedSeq >= want && sh.EventsPublished >= want && sh.EventsLost == 0
+			ok = ok && uint64(sh.EventsAckedSeq) >= want && uint64(sh.EventsPublished) >= want && sh.EventsLost == 0
 		}
 		if ok {
 			for _, sh := range d.Shards {
@@ -250,6 +305,11 @@ func TestKernelEventsToJetStream(t *testing.T) {
 	}
 	if strings.Contains(con, "not published") {
 		t.Errorf("the node did not publish some dispatches:\n%s", grepLines(con, "not published"))
+	}
+	for _, line := range strings.Split(grepLines(con, "nats: "), "\n") {
+		if !strings.Contains(line, "nats: up") && !strings.Contains(line, "nats: down") {
+			t.Logf("console: %s", line)
+		}
 	}
 	t.Logf("last nats line: %s; test time %v", lastLine(con, "nats: up"), time.Since(start).Round(time.Second))
 }
