@@ -83,7 +83,17 @@ func readEventStream(ctx context.Context, js jetstream.JetStream, app string) ([
 // and the body's bytes. The node's console says nothing was lost and never
 // shows its NATS password.
 func TestKernelEventsToJetStream(t *testing.T) {
-	kernelEvents(t, "10.123.0", 150, 0)
+	kernelEvents(t, "10.123.0", 150, 0, false)
+}
+
+// TestKernelEventsHandOver: node ev-node runs both shards; after 60
+// dispatches per session a second node, ev-node2, boots, the controller
+// gives it one shard, ev-node releases it (Close 4000, its session and
+// last sequence reported) and ev-node2 Resumes it and publishes with its
+// own credentials. Dispatches 1..200 of both sessions are in the stream
+// exactly once (Dpxe-Node telling which node received each).
+func TestKernelEventsHandOver(t *testing.T) {
+	kernelEvents(t, "10.127.0", 200, 60, true)
 }
 
 // TestKernelEventsBrokerRestart is TestKernelEventsToJetStream with the
@@ -95,7 +105,7 @@ func TestKernelEventsToJetStream(t *testing.T) {
 // acknowledged again; dispatches 1..300 of both sessions are in the stream
 // exactly once, equal to the emulator's record.
 func TestKernelEventsBrokerRestart(t *testing.T) {
-	kernelEvents(t, "10.124.0", 300, 150)
+	kernelEvents(t, "10.124.0", 300, 150, false)
 }
 
 // allSessionsAt waits until both emulator sessions sent n dispatches.
@@ -114,7 +124,7 @@ func (l *gwLab) allSessionsAt(n int64, within time.Duration) {
 	})
 }
 
-func kernelEvents(t *testing.T, subnet string, want uint64, restartAt int64) {
+func kernelEvents(t *testing.T, subnet string, want uint64, restartAt int64, handOver bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	start := time.Now()
@@ -130,7 +140,23 @@ func kernelEvents(t *testing.T, subnet string, want uint64, restartAt int64) {
 	if node.serial.waitFor(regexp.MustCompile(`nats: connected to nats://`+regexp.QuoteMeta(subnet)+`\.1:4222 as node-ev-node`), 120*time.Second) == nil {
 		t.Fatal("the node did not connect to the broker")
 	}
-	if restartAt > 0 {
+	nodes := map[string]bool{"ev-node": true}
+	if handOver {
+		l.allSessionsAt(restartAt, 90*time.Second)
+		node2 := l.boot("ev-node2", "virtio-net-pci", 2)
+		nodes["ev-node2"] = true
+		if node2.serial.waitFor(regexp.MustCompile(`nats: connected to`), 120*time.Second) == nil {
+			t.Fatal("the second node did not connect to the broker")
+		}
+		if node.serial.waitFor(regexp.MustCompile(`released`), 60*time.Second) == nil {
+			t.Fatal("the first node released no shard")
+		}
+		defer func() {
+			if t.Failed() {
+				t.Logf("ev-node2 nats lines:\n%s", grepLines(node2.serial.String(), "nats"))
+			}
+		}()
+	} else if restartAt > 0 {
 		// First the broker stops answering: frozen for 8 s, so PubAcks
 		// are missing, the node gives the connection up (5 s) and its
 		// next one gets no INFO; then a clean restart.
@@ -236,6 +262,7 @@ func kernelEvents(t *testing.T, subnet string, want uint64, restartAt int64) {
 		}
 		seen := map[uint64]int{}
 		var last uint64
+		resumed := 0
 		for _, ev := range got {
 			if ev.meta.Session != s.ID {
 				continue
@@ -248,6 +275,16 @@ func kernelEvents(t *testing.T, subnet string, want uint64, restartAt int64) {
 			last = q
 			frame, ok := bySeq[q]
 			if !ok {
+				// The emulator gives RESUMED a sequence and keeps it out
+				// of the replay record: the node publishes it like any dispatch.
+				var rs struct {
+					T string `json:"t"`
+					S uint64 `json:"s"`
+				}
+				if json.Unmarshal(ev.body, &rs) == nil && rs.T == "RESUMED" && rs.S == q {
+					resumed++
+					continue
+				}
 				t.Errorf("session %s: stream message %d: seq %d was never sent", s.ID, ev.streamSeq, q)
 				continue
 			}
@@ -263,7 +300,7 @@ func kernelEvents(t *testing.T, subnet string, want uint64, restartAt int64) {
 				t.Errorf("session %s seq %d: subject %q, want %q", s.ID, q, ev.subject, subj)
 			case ev.msgID != s.ID+":"+strconv.FormatUint(q, 10):
 				t.Errorf("session %s seq %d: Nats-Msg-Id %q", s.ID, q, ev.msgID)
-			case ev.meta.Shard != uint32(s.Shard[0]) || ev.meta.Node != "ev-node":
+			case ev.meta.Shard != uint32(s.Shard[0]) || !nodes[ev.meta.Node]:
 				t.Errorf("session %s seq %d: headers %+v", s.ID, q, ev.meta)
 			case !bytes.Equal(ev.body, frame):
 				t.Errorf("session %s seq %d: body differs:\n got %.200q\nwant %.200q", s.ID, q, ev.body, frame)
@@ -276,13 +313,13 @@ func kernelEvents(t *testing.T, subnet string, want uint64, restartAt int64) {
 				t.Errorf("session %s (shard %d): seq %d is in the stream %d times", s.ID, s.Shard[0], q, seen[q])
 			}
 		}
-		t.Logf("shard %d session %s: %d dispatches in the stream (up to seq %d), the emulator sent %d", s.Shard[0], s.ID, len(seen), last, len(recs))
+		t.Logf("shard %d session %s: %d dispatches in the stream (up to seq %d, %d of them RESUMED), the emulator's record holds %d", s.Shard[0], s.ID, len(seen), last, resumed, len(recs))
 	}
 	if v := l.emu.Violations(); len(v) != 0 {
 		t.Errorf("emulator violations: %s", violationReport(v))
 	}
 	// The check-in status carries each slot's figures (the controller's view).
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); !handOver; time.Sleep(500 * time.Millisecond) {
 		var d controller.NodeDetail
 		err := l.adminGet("/v1/nodes/ev-node", &d)
 		ok := err == nil && len(d.Shards) == 2
