@@ -56,6 +56,9 @@ type BootConfig struct {
 	StaticIP    string // ip=, A.B.C.D/NN[,GW]: a static address instead of DHCP (see ParseStaticIP)
 	TCPTest     string // tcptest=, A.B.C.D:PORT[,BYTES]: the kernel's TCP client test (see ParseTCPTestSpec)
 	TLSGet      string // tlsget=, https://A.B.C.D[:PORT]/PATH[,NAME]: the kernel's HTTPS diagnostic (see ParseTLSGet)
+	// ControllerPin is controller_pin=: the SHA-256 of the controller's
+	// TLS SubjectPublicKeyInfo, 64 lower-case hex digits (ValidatePin).
+	ControllerPin string
 
 	HasShards, HasTotalShards, HasCapacity, HasSeed bool
 }
@@ -97,7 +100,7 @@ var bootKeys = []bootKey{
 		c.NodeID = v
 		return nil
 	}},
-	{"controller", "controller base URL, http://host[:port][/path]; up to 4 replicas separated by ','", func(c *BootConfig, v string) error {
+	{"controller", "controller base URL, http://host[:port][/path] or https://...; up to 4 replicas separated by ','", func(c *BootConfig, v string) error {
 		if err := validateControllerList(v); err != nil {
 			return err
 		}
@@ -170,6 +173,30 @@ var bootKeys = []bootKey{
 		c.TLSGet = v
 		return nil
 	}},
+	{"controller_pin", "SHA-256 of the controller's TLS public key (SubjectPublicKeyInfo), 64 lower-case hex digits, as `dpxe serve --print-pin` prints it: the node checks in over https:// only to a controller with that key", func(c *BootConfig, v string) error {
+		if err := ValidatePin(v); err != nil {
+			return err
+		}
+		c.ControllerPin = v
+		return nil
+	}},
+}
+
+// PinLen is the length of controller_pin=, in hex digits (a SHA-256).
+const PinLen = 64
+
+// ValidatePin checks a controller_pin= value: exactly 64 lower-case hex
+// digits, the form `dpxe serve --print-pin` prints.
+func ValidatePin(v string) error {
+	if len(v) != PinLen {
+		return fmt.Errorf("controller pin must be %d lower-case hex digits (a SHA-256), got %d characters", PinLen, len(v))
+	}
+	for i := 0; i < len(v); i++ {
+		if b := v[i]; !(b >= '0' && b <= '9' || b >= 'a' && b <= 'f') {
+			return fmt.Errorf("controller pin has %q at position %d; allowed are 0-9 a-f", b, i)
+		}
+	}
+	return nil
 }
 
 // BootConfigKeys returns the accepted keys in the kernel's table order.
@@ -394,15 +421,18 @@ func (c BootConfig) ControllerURLs() []string {
 	return strings.Split(c.Controller, ",")
 }
 
-// validateControllerURL accepts http://HOST[:PORT][/PATH] with at most 200
-// bytes and a conservative character set, so the kernel can parse it.
+// validateControllerURL accepts http://HOST[:PORT][/PATH] or
+// https://HOST[:PORT][/PATH] with at most 200 bytes and a conservative
+// character set, so the kernel can parse it.
 func validateControllerURL(u string) error {
-	const scheme = "http://"
+	scheme := "http://"
 	if len(u) > 200 {
 		return fmt.Errorf("controller URL longer than 200 bytes")
 	}
-	if !strings.HasPrefix(u, scheme) {
-		return fmt.Errorf("controller URL must start with http://")
+	if strings.HasPrefix(u, "https://") {
+		scheme = "https://"
+	} else if !strings.HasPrefix(u, scheme) {
+		return fmt.Errorf("controller URL must start with http:// or https://")
 	}
 	rest := u[len(scheme):]
 	if rest == "" || rest[0] == '/' || rest[0] == ':' {
@@ -471,6 +501,9 @@ func (c BootConfig) String() string {
 	if c.TLSGet != "" {
 		add("tlsget", c.TLSGet)
 	}
+	if c.ControllerPin != "" {
+		add("controller_pin", c.ControllerPin)
+	}
 	return strings.Join(parts, " ")
 }
 
@@ -531,5 +564,7 @@ func (c *BootConfig) clear(key string) {
 		c.NoZlib = false
 	case "tlsget":
 		c.TLSGet = ""
+	case "controller_pin":
+		c.ControllerPin = ""
 	}
 }

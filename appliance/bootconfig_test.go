@@ -30,7 +30,15 @@ func TestParseBootConfig(t *testing.T) {
 		{name: "node bad char", text: "node=a/b", wantErr: `node ID has '/' at position 1`},
 		{name: "cred short", text: "cred=abc", wantErr: "credential must be 16-128"},
 		{name: "cred bad char", text: "cred=abcdefgh+ijklmnop", wantErr: "outside A-Za-z0-9-_ at position 8"},
-		{name: "controller https", text: "controller=https://x", wantErr: "must start with http://"},
+		{name: "controller https", text: "controller=https://x:8443/api", want: BootConfig{Controller: "https://x:8443/api"}},
+		{name: "controller ftp", text: "controller=ftp://x", wantErr: "must start with http:// or https://"},
+		{name: "controller https no host", text: "controller=https://", wantErr: "no host"},
+		{name: "controller mixed", text: "controller=http://a,https://b", want: BootConfig{Controller: "http://a,https://b"}},
+		{name: "controller pin", text: "controller=https://x controller_pin=0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", want: BootConfig{Controller: "https://x", ControllerPin: "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}},
+		{name: "controller pin short", text: "controller_pin=0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcde", wantErr: `key "controller_pin": controller pin must be 64 lower-case hex digits (a SHA-256), got 63`},
+		{name: "controller pin long", text: "controller_pin=0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef0", wantErr: "got 65 characters"},
+		{name: "controller pin upper", text: "controller_pin=0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdeF", wantErr: `controller pin has 'F' at position 63`},
+		{name: "controller pin colon", text: "controller_pin=01:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abc", wantErr: `has ':' at position 2`},
 		{name: "controller no host", text: "controller=http://:80", wantErr: "no host"},
 		{name: "controller port 0", text: "controller=http://h:0", wantErr: `port "0"`},
 		{name: "controller port big", text: "controller=http://h:65536", wantErr: `port "65536"`},
@@ -78,7 +86,8 @@ func TestParseBootConfigTooLong(t *testing.T) {
 }
 
 func TestBootConfigStringRoundTrip(t *testing.T) {
-	c := BootConfig{NodeID: "n1", Controller: "http://h:1/x", Credential: strings.Repeat("k", 16), Shards: 3, HasShards: true, SelfTest: true, Seed: 0, HasSeed: true}
+	c := BootConfig{NodeID: "n1", Controller: "http://h:1/x,https://g", Credential: strings.Repeat("k", 16), Shards: 3, HasShards: true, SelfTest: true, Seed: 0, HasSeed: true,
+		ControllerPin: strings.Repeat("9e", 32)}
 	got, err := ParseBootConfig([]byte(c.String()))
 	if err != nil {
 		t.Fatalf("%q: %v", c.String(), err)
@@ -115,7 +124,7 @@ func TestBootConfigSet(t *testing.T) {
 // that errors always say where.
 func FuzzParseBootConfig(f *testing.F) {
 	for _, s := range []string{"", "kernel.bin node=a", "node=a controller=http://h:80 cred=ABCDEFGHIJKLMNOP shards=1 seed=3",
-		"# c\nnode=a\x00x", "node=a node=b", "shards=0", "\xff", "initrd=x node=q", "selftest=1 total_shards=131072 capacity=128"} {
+		"# c\nnode=a\x00x", "node=a node=b", "controller=https://10.0.0.1:8443,http://h controller_pin=" + strings.Repeat("0f", 32), "shards=0", "\xff", "initrd=x node=q", "selftest=1 total_shards=131072 capacity=128"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {

@@ -606,10 +606,6 @@ const (
 	GatewayQuery = "v=10&encoding=json"
 )
 
-// ErrWSSUnsupported is returned for a wss:// Gateway URL: the kernel speaks
-// ws:// only until it has TLS.
-var ErrWSSUnsupported = errors.New("wss:// is not supported: nodes speak ws:// only until the kernel has TLS")
-
 // ValidateSessionID checks a Gateway session ID as nodes report it: 1..64
 // bytes of visible ASCII (0x21-0x7e) other than '"' and '\', so the
 // kernel's JSON writer needs no escapes.
@@ -626,12 +622,12 @@ func ValidateSessionID(id string) error {
 }
 
 // ValidateGatewayURL checks a Gateway URL against the grammar the kernel
-// parses: "ws://" HOST [":" PORT] [PATH] ["?" QUERY], at most
+// parses: "ws://" or "wss://" HOST [":" PORT] [PATH] ["?" QUERY], at most
 // MaxGatewayURLLen bytes, where HOST is 1..253 of A-Za-z0-9.- (a DNS name
 // or an IPv4 address), PORT is 1..65535 in decimal, PATH starts with '/',
 // and PATH and QUERY are visible ASCII without '"', '\' or '#'. No user
-// info, no fragment, no IPv6 literal. The scheme is lower case; wss:// is
-// refused with ErrWSSUnsupported.
+// info, no fragment, no IPv6 literal. The scheme is lower case; wss://
+// makes the node speak TLS 1.3 to the Gateway (kernel/gateway/tls.inc).
 func ValidateGatewayURL(u string) error { return validateGatewayURL(u, MaxGatewayURLLen) }
 
 // validateGatewayURL is ValidateGatewayURL with a length limit.
@@ -639,12 +635,13 @@ func validateGatewayURL(u string, limit int) error {
 	if len(u) > limit {
 		return fmt.Errorf("%d bytes, at most %d", len(u), limit)
 	}
-	rest, ok := strings.CutPrefix(u, "ws://")
+	scheme := "ws://"
+	rest, ok := strings.CutPrefix(u, scheme)
 	if !ok {
-		if strings.HasPrefix(strings.ToLower(u), "wss://") {
-			return ErrWSSUnsupported
+		scheme = "wss://"
+		if rest, ok = strings.CutPrefix(u, scheme); !ok {
+			return fmt.Errorf("%q does not start with ws:// or wss://", clip(u))
 		}
-		return fmt.Errorf("%q does not start with ws://", clip(u))
 	}
 	end := strings.IndexAny(rest, "/?")
 	if end < 0 {
@@ -677,7 +674,7 @@ func validateGatewayURL(u string, limit int) error {
 	}
 	for i := end; i < len(rest); i++ {
 		if b := rest[i]; b < 0x21 || b > 0x7e || b == '"' || b == '\\' || b == '#' {
-			return fmt.Errorf("byte 0x%02x at position %d is not allowed in a path or query", b, len("ws://")+i)
+			return fmt.Errorf("byte 0x%02x at position %d is not allowed in a path or query", b, len(scheme)+i)
 		}
 	}
 	return nil
@@ -699,7 +696,7 @@ func GatewayDialURL(u string) (string, error) {
 		return "", err
 	}
 	base, _, _ := strings.Cut(u, "?")
-	if !strings.Contains(base[len("ws://"):], "/") {
+	if !strings.Contains(base[strings.Index(base, "://")+3:], "/") {
 		base += "/"
 	}
 	if len(base) > MaxGatewayURLLen {

@@ -78,7 +78,7 @@ func TestParseCheckinRequest(t *testing.T) {
 		{"session non-ascii", `{"node_id":"a","capacity":1,"shards":[{"id":1,"state":"READY","session_id":"caf\u00e9","resume_url":"ws://h/"}]}`, "shards[0].session_id"},
 		{"seq negative", `{"node_id":"a","capacity":1,"shards":[{"id":1,"state":"READY","seq":-1}]}`, "seq"},
 		{"seq over 32 bits", `{"node_id":"a","capacity":1,"shards":[{"id":1,"state":"READY","seq":4294967296}]}`, "seq"},
-		{"resume wss", `{"node_id":"a","capacity":1,"shards":[{"id":1,"state":"READY","session_id":"s","resume_url":"wss://gateway.discord.gg"}]}`, "shards[0].resume_url"},
+		{"resume WSS", `{"node_id":"a","capacity":1,"shards":[{"id":1,"state":"READY","session_id":"s","resume_url":"WSS://gateway.discord.gg"}]}`, "shards[0].resume_url"},
 		{"resume http", `{"node_id":"a","capacity":1,"shards":[{"id":1,"state":"READY","session_id":"s","resume_url":"http://h/"}]}`, "shards[0].resume_url"},
 		{"ping negative", `{"node_id":"a","capacity":1,"shards":[{"id":1,"state":"READY","ping_ms":-0.001}]}`, "shards[0].ping_ms"},
 		{"ping over 32 bits of µs", `{"node_id":"a","capacity":1,"shards":[{"id":1,"state":"READY","ping_avg_ms":4294967.296}]}`, "shards[0].ping_avg_ms"},
@@ -257,10 +257,16 @@ func TestValidateGatewayURL(t *testing.T) {
 	if _, err := GatewayDialURL("ws://" + strings.Repeat("a", 195)); err == nil {
 		t.Error("GatewayDialURL accepted a 201-byte base")
 	}
-	for _, in := range []string{"wss://gateway.discord.gg", "WSS://gateway.discord.gg/?v=10"} {
-		if err := ValidateGatewayURL(in); !errors.Is(err, ErrWSSUnsupported) {
-			t.Errorf("ValidateGatewayURL(%q) = %v, want ErrWSSUnsupported", in, err)
-		}
+	// wss:// (lower case) is a TLS Gateway the kernel dials; the scheme
+	// in upper case is not the grammar's.
+	if err := ValidateGatewayURL("wss://gateway.discord.gg"); err != nil {
+		t.Errorf("ValidateGatewayURL(wss://gateway.discord.gg) = %v", err)
+	}
+	if d, err := GatewayDialURL("wss://gateway.discord.gg"); err != nil || d != "wss://gateway.discord.gg/?"+GatewayQuery {
+		t.Errorf("GatewayDialURL(wss://gateway.discord.gg) = %q, %v", d, err)
+	}
+	if err := ValidateGatewayURL("WSS://gateway.discord.gg/?v=10"); err == nil {
+		t.Error("ValidateGatewayURL accepted WSS://")
 	}
 }
 
@@ -345,7 +351,7 @@ func TestParseCheckinResponse(t *testing.T) {
 		{"resume pending", `"shard_id":16`, `"shard_id":22`, "resume[0].shard_id"},
 		{"resume outside", `"shard_id":16`, `"shard_id":2`, "resume[0].shard_id"},
 		{"resume url not dial", `"resume_url":"ws://10.0.0.9:9000/resume?v=10&encoding=json"`, `"resume_url":"ws://10.0.0.9:9000/resume"`, "resume[0].resume_url"},
-		{"gateway wss", `"gateway_url":"ws://10.0.0.9:9000/?v=10&encoding=json"`, `"gateway_url":"wss://gateway.discord.gg/?v=10&encoding=json"`, "gateway_url"},
+		{"gateway WSS", `"gateway_url":"ws://10.0.0.9:9000/?v=10&encoding=json"`, `"gateway_url":"WSS://gateway.discord.gg/?v=10&encoding=json"`, "gateway_url"},
 		{"trailing", `"restart_shards":[17,20]}`, `"restart_shards":[17,20]} {}`, ""},
 	}
 	for _, c := range bad {

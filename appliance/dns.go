@@ -176,14 +176,16 @@ type DialURL struct {
 	HostPort string  // HOST[:PORT] as written: the Host header
 	Named    bool    // HOST is a name, not an IPv4 literal
 	Addr     [4]byte // the literal's address (Named false)
-	Port     uint16  // 80 when absent
+	Port     uint16  // 80 (ws://) or 443 (wss://) when absent
+	TLS      bool    // wss://: TLS 1.3 between the WebSocket and TCP
 	Path     string  // "/" when absent; with the query
 }
 
 // ErrDialURL is every refusal of ParseDialURL (the kernel says only "no").
-var ErrDialURL = errors.New("not a dialable ws:// URL")
+var ErrDialURL = errors.New("not a dialable ws:// or wss:// URL")
 
-// ParseDialURL is the kernel's gw_parse_url: "ws://" (lower case), HOST of
+// ParseDialURL is the kernel's gw_parse_url: "ws://" or "wss://" (lower
+// case; wss:// sets TLS and makes 443 the default port), HOST of
 // 1..253 bytes of A-Za-z0-9.- ending at ':', '/' or the end, then
 // optionally ':' and 1..5 digits with a value of 1..65535, then nothing or
 // a path that starts with '/' and is at most 230 bytes (query included) of
@@ -196,6 +198,11 @@ var ErrDialURL = errors.New("not a dialable ws:// URL")
 // GatewayDialURL always puts a '/' there.
 func ParseDialURL(u string) (DialURL, error) {
 	rest, ok := strings.CutPrefix(u, "ws://")
+	tls := false
+	if !ok {
+		rest, ok = strings.CutPrefix(u, "wss://")
+		tls = true
+	}
 	if !ok || strings.IndexByte(u, 0) >= 0 {
 		return DialURL{}, ErrDialURL
 	}
@@ -212,7 +219,10 @@ func ParseDialURL(u string) (DialURL, error) {
 	if n == 0 {
 		return DialURL{}, ErrDialURL
 	}
-	d := DialURL{Host: rest[:n], Port: 80, Named: true}
+	d := DialURL{Host: rest[:n], Port: 80, Named: true, TLS: tls}
+	if tls {
+		d.Port = 443
+	}
 	if a, tail, err := parseQuad(d.Host); err == nil && tail == "" {
 		d.Named, d.Addr = false, a.As4()
 	}
@@ -314,15 +324,18 @@ func DNSDigest(seed uint32) uint64 {
 var urlAlphabet = [16]byte{'0', '1', '2', '5', '9', '.', '.', ':', '/', 'a', 'Z', '-', '?', ' ', '6', '.'}
 
 // DialURLCase is the "gwurl" digest's case for r = next(), reading further
-// words from next: "ws://" unless (r>>8)&3 == 0; when (r>>10)&7 == 0,
+// words from next: "ws://" when (r>>8)&3 is 1 or 2, "wss://" when 3; when (r>>10)&7 == 0,
 // k = (r>>16)&0x1FF bytes of 'a' (a long host); when it is 1, "h" and k
 // bytes of '/' (a long path); when it is 2, "h:" and k&7 bytes of '0'
 // (ports of many digits); then (r%40) bytes from urlAlphabet by the
 // nibbles of next() words.
 func DialURLCase(r uint64, next func() uint64) string {
 	var b []byte
-	if (r>>8)&3 != 0 {
+	switch (r >> 8) & 3 {
+	case 1, 2:
 		b = append(b, "ws://"...)
+	case 3:
+		b = append(b, "wss://"...)
 	}
 	k := int((r >> 16) & 0x1FF)
 	switch (r >> 10) & 7 {
@@ -348,7 +361,7 @@ func DialURLCase(r uint64, next func() uint64) string {
 // DialURLDigest is the kernel's "selftest digest gwurl" for a seed: 4096
 // DialURLCase URLs through ParseDialURL, folding 1 for a refusal, else 0,
 // the address (a little-endian load, 0 for a name), the port, 1 for a
-// name, and the lengths of Host, HostPort and Path.
+// name, 1 for wss://, and the lengths of Host, HostPort and Path.
 func DialURLDigest(seed uint32) uint64 {
 	rng := &splitmix64{state: uint64(seed)}
 	d := newDigest()
@@ -362,6 +375,7 @@ func DialURLDigest(seed uint32) uint64 {
 		d.add(uint64(binary.LittleEndian.Uint32(u.Addr[:])))
 		d.add(uint64(u.Port))
 		d.add(b2u(u.Named))
+		d.add(b2u(u.TLS))
 		d.add(uint64(len(u.Host)))
 		d.add(uint64(len(u.HostPort)))
 		d.add(uint64(len(u.Path)))

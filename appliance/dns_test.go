@@ -178,6 +178,8 @@ func TestParseDialURL(t *testing.T) {
 		{"ws://1.2.3.4.5/", DialURL{Host: "1.2.3.4.5", HostPort: "1.2.3.4.5", Named: true, Port: 80, Path: "/"}},
 		{"ws://GATEWAY.Discord.GG:00443/", DialURL{Host: "GATEWAY.Discord.GG", HostPort: "GATEWAY.Discord.GG:00443", Named: true, Port: 443, Path: "/"}},
 		{"ws://h:65535", DialURL{Host: "h", HostPort: "h:65535", Named: true, Port: 65535, Path: "/"}},
+		{"wss://gateway.discord.gg/?v=10", DialURL{Host: "gateway.discord.gg", HostPort: "gateway.discord.gg", Named: true, Port: 443, TLS: true, Path: "/?v=10"}},
+		{"wss://10.0.0.1:7878", DialURL{Host: "10.0.0.1", HostPort: "10.0.0.1:7878", Addr: [4]byte{10, 0, 0, 1}, Port: 7878, TLS: true, Path: "/"}},
 		{"ws://" + long, DialURL{Host: long, HostPort: long, Named: true, Port: 80, Path: "/"}},
 		{"ws://h/" + strings.Repeat("p", 229), DialURL{Host: "h", HostPort: "h", Named: true, Port: 80, Path: "/" + strings.Repeat("p", 229)}},
 	}
@@ -187,7 +189,7 @@ func TestParseDialURL(t *testing.T) {
 			t.Errorf("ParseDialURL(%q) = %+v, %v; want %+v", c.u, got, err, c.want)
 		}
 	}
-	for _, u := range []string{"", "ws://", "wss://gateway.discord.gg/", "WS://h/", "http://h/", "ws://h:/", "ws://h:0/", "ws://h:65536/",
+	for _, u := range []string{"", "ws://", "wss://", "wss:/h/", "WSS://h/", "WS://h/", "http://h/", "ws://h:/", "ws://h:0/", "ws://h:65536/",
 		"ws://h:123456/", "ws://h:80x", "ws://h?v=10", "ws://h_x/", "ws://user@h/", "ws://[::1]/", "ws://:80/", "ws://" + long + "a",
 		"ws://h/" + strings.Repeat("p", 230), "ws://h\x00/", "ws://h x/"} {
 		if got, err := ParseDialURL(u); err == nil {

@@ -144,7 +144,7 @@ func TestConfigRejects(t *testing.T) {
 		t.Error("a rejected config changed the image")
 	}
 	var c appliance.BootConfig
-	for _, a := range []string{"shards=0", "node=bad/name", "controller=https://x", "cred=short", "color=blue"} {
+	for _, a := range []string{"shards=0", "node=bad/name", "controller=ftp://x", "controller_pin=ABC", "cred=short", "color=blue"} {
 		if err := c.Set(a); err == nil {
 			t.Errorf("Set(%q) accepted", a)
 		}

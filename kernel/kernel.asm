@@ -83,6 +83,7 @@ text_start:
 %include "lib/json.inc"		; JSON reader and writer
 %include "node/run.inc"		; the main loop: receive, then every tick
 %include "node/checkin.inc"		; the check-in loop and the lease
+%include "node/ctltls.inc"		; controller_pin= and the check-in's scheme rules
 %include "shard/shard.inc"
 %include "shard/route.inc"
 %include "selftest/selftest.inc"
@@ -95,15 +96,15 @@ text_start:
 %include "lib/inflate.inc"		; zlib / DEFLATE streaming inflate
 %include "lib/gwscan.inc"		; streaming Gateway message scanner
 %include "lib/nats.inc"		; NATS protocol reader (server to client)
+%include "crypto/sym.inc"		; hashes, MACs, HKDF, AEADs
+%include "crypto/asym.inc"		; X25519, P-256/P-384, ECDSA, RSA
+%include "tls/tls.inc"			; TLS 1.3 (before gateway/: GWS holds a TLS_CONN)
 %include "gateway/gateway.inc"	; per-shard Gateway sessions
 %include "node/natsnode.inc"		; event delivery: the node's NATS client
 %include "selftest/lib_selftest.inc"
 %include "selftest/inflate_selftest.inc"	; lib/inflate.inc
 %include "selftest/gwscan_selftest.inc"	; lib/gwscan.inc
 %include "selftest/nats_selftest.inc"	; lib/nats.inc
-%include "crypto/sym.inc"		; hashes, MACs, HKDF, AEADs
-%include "crypto/asym.inc"		; X25519, P-256/P-384, ECDSA, RSA
-%include "tls/tls.inc"			; TLS 1.3 key schedule, record protection
 %include "selftest/crypto_selftest.inc"	; cryptotest=1
 %include "core/data.inc"		; read-only tables and strings
 

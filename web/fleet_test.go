@@ -18,6 +18,7 @@ import (
 	"github.com/discord-pxe/dpxe/appliance"
 	"github.com/discord-pxe/dpxe/fleet/api"
 	"github.com/discord-pxe/dpxe/fleet/controller"
+	"github.com/discord-pxe/dpxe/fleet/events"
 	"github.com/discord-pxe/dpxe/fleet/store"
 )
 
@@ -51,6 +52,8 @@ type fleetOpts struct {
 	// netbootFor, when set, makes the Netboot from the fleet's store and
 	// controller (for fleetinv.Inventory).
 	netbootFor func(*store.Store, *controller.Controller) Netboot
+	// events is the dashboard's Config.Events.
+	events func(context.Context) (events.StreamState, bool)
 }
 
 func newTestFleet(t testing.TB, o fleetOpts) *testFleet {
@@ -72,7 +75,7 @@ func newTestFleet(t testing.TB, o fleetOpts) *testFleet {
 	if o.netbootFor != nil {
 		o.netboot = o.netbootFor(st, ctrl)
 	}
-	w := New(Config{Controller: ctrl, Store: st, AdminHash: hash, Netboot: o.netboot, LiveEvery: o.liveEvery})
+	w := New(Config{Controller: ctrl, Store: st, AdminHash: hash, Netboot: o.netboot, LiveEvery: o.liveEvery, Events: o.events})
 	mux := http.NewServeMux()
 	api.New(ctrl, hash, nil).Register(mux)
 	w.Register(mux)

@@ -48,6 +48,12 @@ func (s *Server) fleet(w http.ResponseWriter, r *http.Request) {
 	p.Live = "/live?topic=fleet"
 	v := s.fleetView(r.Context(), p)
 	v.Latency, v.History = s.historyView(r.Context(), s.cfg.Now())
+	if s.cfg.Events != nil {
+		if st, ok := s.cfg.Events(r.Context()); ok {
+			d := BuildDelivery(st)
+			v.Delivery = &d
+		}
+	}
 	s.render(w, r, http.StatusOK, templates.FleetPage(v))
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/a-h/templ"
 
 	"github.com/discord-pxe/dpxe/fleet/controller"
+	"github.com/discord-pxe/dpxe/fleet/events"
 	"github.com/discord-pxe/dpxe/fleet/security"
 	"github.com/discord-pxe/dpxe/fleet/store"
 	"github.com/discord-pxe/dpxe/web/templates"
@@ -61,6 +62,9 @@ type Config struct {
 	LiveEvery time.Duration
 	// IdentifyWindow is the span of the Identify activity panel.
 	IdentifyWindow time.Duration
+	// Events reads the event stream's state for the fleet page (false:
+	// serve delivers no events); nil leaves the panel out.
+	Events func(ctx context.Context) (events.StreamState, bool)
 }
 
 // Server is the dashboard. Mount it with Register and run its live-update

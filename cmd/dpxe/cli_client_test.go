@@ -201,7 +201,7 @@ func TestCLIClientCommands(t *testing.T) {
 		{[]string{"flash", "--api", srv.url, "--node", "x", "t.img"}, "--api is now called --server"},
 		{[]string{"flash", "--admin-token-file", srv.token, "--node", "x", "t.img"}, "--admin-token-file is now called --token-file"},
 		{[]string{"nodes", "--server", "ftp://x"}, "--server"},
-		{[]string{"nodes", "add", "n9", "--controller", "https://x", "--server", srv.url, "--token-file", srv.token}, "--controller"},
+		{[]string{"nodes", "add", "n9", "--controller", "https://x", "--server", srv.url, "--token-file", srv.token}, "without controller_pin="},
 		{[]string{"nodes", "--db", filepath.Join(srv.dir, "var", "dpxe.db"), "add", "n9", "--controller", "wss://x"}, "--controller"},
 		{[]string{"nodes", "show", "n1", "--id", "x", "--server", srv.url, "--token-file", srv.token}, "--id is for approve only"},
 	} {

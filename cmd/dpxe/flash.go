@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -45,6 +46,7 @@ func runFlash(ctx context.Context, args []string) error {
 	node := fs.String("node", "", "node ID to write into DPXE.CFG (required)")
 	ctrl := fs.String("controller", "http://"+defaultListen, "controller URL the node uses, written into DPXE.CFG")
 	apiURL := fs.String("server", "http://"+defaultListen, "controller base URL this machine reaches the API at, to create or rotate the node's credential")
+	pin := fs.String("controller-pin", "", "controller_pin= to write: the SHA-256 of the controller's TLS key, as dpxe serve --print-pin prints it (a node checks in over https:// only with it); default for an https:// --controller: read from --server with the admin token")
 	cred := fs.String("cred", "", "node credential to write; without it the credential is created (or with --rotate, replaced) at the controller")
 	tokenFile := fs.String("token-file", "./var/"+adminTokenName, "admin token file that dpxe serve wrote")
 	renamedFlag(fs, "api", "server")
@@ -86,6 +88,19 @@ func runFlash(ctx context.Context, args []string) error {
 	if err := cfg.Set("node="+*node, "controller="+*ctrl); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
+	if *pin != "" {
+		if err := cfg.Set("controller_pin=" + *pin); err != nil {
+			return fmt.Errorf("%w: --controller-pin: %v", errUsage, err)
+		}
+	}
+	// An https:// controller without --controller-pin: the pin is read
+	// from the controller below, when it is asked for the credential.
+	askPin := *pin == "" && *cred == "" && slices.ContainsFunc(cfg.ControllerURLs(), func(u string) bool { return strings.HasPrefix(u, "https://") })
+	if !askPin {
+		if err := checkPinScheme(cfg); err != nil {
+			return err
+		}
+	}
 	if *cred != "" {
 		if err := cfg.Set("cred=" + *cred); err != nil {
 			return fmt.Errorf("%w: --cred: %v", errUsage, err)
@@ -125,6 +140,20 @@ func runFlash(ctx context.Context, args []string) error {
 			return fmt.Errorf("node %s already exists at %s: its credential cannot be read back; pass --rotate to issue a new one (the old one stops working) or --cred", *node, base)
 		default:
 			credAction = "rotated at " + base + " (the node's old credential stops working)"
+		}
+		if askPin {
+			var out struct {
+				Pin string `json:"pin"`
+			}
+			if _, err := client.call(ctx, "GET", "/v1/controller/pin", nil, &out); err != nil {
+				return fmt.Errorf("controller %s: reading its pin for the https:// --controller: %w (or pass --controller-pin)", base, err)
+			}
+			if err := cfg.Set("controller_pin=" + out.Pin); err != nil {
+				return fmt.Errorf("controller %s: its pin: %v", base, err)
+			}
+			if err := checkPinScheme(cfg); err != nil {
+				return err
+			}
 		}
 	}
 
@@ -389,4 +418,19 @@ func humanSize(n int64) string {
 
 func isLoopback(host string) bool {
 	return host == "localhost" || strings.HasPrefix(host, "127.") || host == "::1"
+}
+
+// checkPinScheme refuses a boot config the node would refuse at every
+// check-in: an https:// controller without controller_pin=, or
+// controller_pin= with an http:// controller (docs/security.md).
+func checkPinScheme(c appliance.BootConfig) error {
+	for _, u := range c.ControllerURLs() {
+		switch https := strings.HasPrefix(u, "https://"); {
+		case https && c.ControllerPin == "":
+			return fmt.Errorf("%w: controller %s is https:// but there is no controller pin: the node would refuse it (give --controller-pin, from `dpxe serve --print-pin`)", errUsage, u)
+		case !https && c.ControllerPin != "":
+			return fmt.Errorf("%w: controller %s is http:// but a controller pin is set: the node would refuse it (give the controller's https:// URL)", errUsage, u)
+		}
+	}
+	return nil
 }

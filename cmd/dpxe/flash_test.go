@@ -54,6 +54,13 @@ func sumFile(t *testing.T, p string) [32]byte {
 // returns its URL and the admin token file.
 func testController(t *testing.T) (string, string) {
 	t.Helper()
+	return testControllerPin(t, "")
+}
+
+// testControllerPin is testController answering GET /v1/controller/pin
+// with pin ("": it serves no HTTPS).
+func testControllerPin(t *testing.T, pin string) (string, string) {
+	t.Helper()
 	dir := t.TempDir()
 	cfg := defaultServeConfig()
 	cfg.DB = filepath.Join(dir, "dpxe.db")
@@ -62,12 +69,34 @@ func testController(t *testing.T) (string, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	app.api.SetControllerPin(pin)
 	srv := httptest.NewServer(app.mux)
 	t.Cleanup(func() {
 		srv.Close()
 		app.store.Close()
 	})
 	return srv.URL, cfg.AdminTokenFile
+}
+
+// TestFlashReadsControllerPin: for an https:// --controller without
+// --controller-pin, dpxe flash reads the pin from the controller it gets
+// the credential from; a controller without HTTPS is refused before
+// anything is written.
+func TestFlashReadsControllerPin(t *testing.T) {
+	src := flashSource(t)
+	pin := strings.Repeat("7d", 32)
+	api, token := testControllerPin(t, pin)
+	target := filepath.Join(t.TempDir(), "stick.img")
+	code, msg := captureRun(t, "flash", "--image", src, "--controller", "https://10.0.0.5:8443", "--server", api, "--token-file", token, "--node", "pin-1", "--yes", target)
+	if c := flashedConfig(t, target); code != 0 || c.ControllerPin != pin || c.Controller != "https://10.0.0.5:8443" {
+		t.Fatalf("exit %d, DPXE.CFG %+v\n%s", code, c, msg)
+	}
+	plain, plainToken := testControllerPin(t, "")
+	other := filepath.Join(t.TempDir(), "other.img")
+	code, msg = captureRun(t, "flash", "--image", src, "--controller", "https://10.0.0.5:8443", "--server", plain, "--token-file", plainToken, "--node", "pin-2", "--yes", other)
+	if code != 1 || !strings.Contains(msg, "serves no HTTPS") || fileExists(other) {
+		t.Fatalf("a controller without HTTPS: exit %d, target written %v\n%s", code, fileExists(other), msg)
+	}
 }
 
 // checkIn posts a check-in with cred and returns the HTTP status: 200 when
@@ -174,6 +203,13 @@ func TestFlashCommand(t *testing.T) {
 		t.Errorf("--cred: exit %d\n%s", code, msg)
 	}
 
+	// --controller-pin with an https:// controller: both on the medium.
+	pin := strings.Repeat("c3", 32)
+	code, msg = captureRun(t, "flash", "--image", src, "--controller", "https://10.0.0.5:8443", "--controller-pin", pin, "--node", "given-1", "--cred", cred, "--yes", target)
+	if c := flashedConfig(t, target); code != 0 || c.ControllerPin != pin || c.Controller != "https://10.0.0.5:8443" {
+		t.Errorf("--controller-pin: exit %d, %+v\n%s", code, c, msg)
+	}
+
 	if sumFile(t, src) != srcSum {
 		t.Fatal("the source image changed")
 	}
@@ -229,7 +265,9 @@ func TestFlashCommandUsage(t *testing.T) {
 		{[]string{"flash", "--image", src, target}, 2, "--node is required"},
 		{[]string{"flash", "--image", src, "--node", "a/b", "--cred", "abcdefghijklmnop", target}, 2, "node ID has '/'"},
 		{[]string{"flash", "--image", src, "--node", "n", "--cred", "short", target}, 2, "--cred"},
-		{[]string{"flash", "--image", src, "--node", "n", "--controller", "https://x", "--cred", "abcdefghijklmnop", target}, 2, "controller"},
+		{[]string{"flash", "--image", src, "--node", "n", "--controller", "https://x", "--cred", "abcdefghijklmnop", target}, 2, "controller https://x is https:// but there is no controller pin"},
+		{[]string{"flash", "--image", src, "--node", "n", "--controller", "https://x", "--controller-pin", "ABCD", "--cred", "abcdefghijklmnop", target}, 2, "--controller-pin: controller_pin: controller pin must be 64"},
+		{[]string{"flash", "--image", src, "--node", "n", "--controller", "http://x", "--controller-pin", strings.Repeat("ab", 32), "--cred", "abcdefghijklmnop", target}, 2, "controller http://x is http:// but a controller pin is set"},
 		{[]string{"flash", "--image", src, "--node", "n"}, 2, "usage"},
 		{[]string{"flash", "--image", src, "--node", "n", "--cred", "abcdefghijklmnop", "--yes", src}, 1, "is the source image"},
 		{[]string{"flash", "--image", src, "--node", "n", "--cred", "abcdefghijklmnop", "--yes", dir}, 1, "not a regular file or block device"},

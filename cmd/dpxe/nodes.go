@@ -141,6 +141,10 @@ func runNodes(ctx context.Context, args []string) error {
 		if err := bc.Set("controller=" + *ctrlURL); err != nil {
 			return fmt.Errorf("%w: --controller %q: %v (the node's boot config takes http://HOST[:PORT] only)", errUsage, *ctrlURL, err)
 		}
+		if err := checkPinScheme(bc); err != nil {
+			return fmt.Errorf("%w: --controller %q: a node refuses an https:// controller without controller_pin=, which this line does not carry; "+
+				"write both with dpxe flash --controller-pin or dpxe config set (docs/security.md)", errUsage, *ctrlURL)
+		}
 	}
 	if *dbPath != "" {
 		if stopAtClient {
@@ -158,7 +162,7 @@ func runNodes(ctx context.Context, args []string) error {
 		if ctrl == "" {
 			// --server, if a node could use it as controller=.
 			var bc appliance.BootConfig
-			if bc.Set("controller="+c.base) == nil {
+			if bc.Set("controller="+c.base) == nil && checkPinScheme(bc) == nil {
 				ctrl = c.base
 			}
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/discord-pxe/dpxe/fleet/api"
 	"github.com/discord-pxe/dpxe/fleet/controller"
+	"github.com/discord-pxe/dpxe/fleet/ctlcert"
 	"github.com/discord-pxe/dpxe/fleet/netboot/fleetinv"
 	"github.com/discord-pxe/dpxe/fleet/security"
 	"github.com/discord-pxe/dpxe/fleet/store"
@@ -78,6 +79,8 @@ type serveConfig struct {
 	eventsConfig
 	// Controller replicas on PostgreSQL (serve_ha.go).
 	haConfig
+	// HTTPS and the controller's TLS identity (serve_tls.go).
+	tlsConfig
 	// totalFixed and mcFixed say the operator gave total_shards or
 	// max_concurrency (flag or file); otherwise GET /gateway/bot may set
 	// them.
@@ -227,6 +230,9 @@ type fleetApp struct {
 	// listenAddr is the --listen socket's address, set before the parts
 	// run.
 	listenAddr string
+	// tls is the controller's TLS identity (serve_tls.go), loaded before
+	// the parts attach; nil without --tls-listen or --tls-cert.
+	tls *ctlcert.Identity
 }
 
 // handler is what the --listen server serves: the operator's mux, and the
@@ -323,12 +329,22 @@ func runServe(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if cfg.PrintPin {
+		return printPin(cfg)
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	app, err := buildFleet(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
 	defer app.store.Close()
+	if cfg.tlsOn() {
+		if app.tls, err = loadIdentity(cfg, time.Now()); err != nil {
+			return err
+		}
+		logIdentity(app.tls, cfg, log)
+		app.api.SetControllerPin(app.tls.Pin)
+	}
 	partRuns, err := attachParts(ctx, app, log)
 	if err != nil {
 		return err

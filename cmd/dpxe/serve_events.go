@@ -299,10 +299,12 @@ func attachEvents(ctx context.Context, app *fleetApp, log *slog.Logger) (func(co
 		stop()
 		return nil, err
 	}
+	app.api.Metrics().SetEvents(func(ctx context.Context) events.StreamState { return events.ReadStreamState(ctx, nc, st) })
 	log.Info("events", "nats", where, "embedded", srv != nil, "stream", st.CachedInfo().Config.Name,
 		"subjects", st.CachedInfo().Config.Subjects[0], "duplicate_window", time.Duration(e.EventsDupWindow), "auth", e.NATSAuth)
 	return func(ctx context.Context) error {
 		defer stop()
+		defer app.api.Metrics().SetEvents(nil)
 		if auth == nil {
 			<-ctx.Done()
 			return nil

@@ -54,7 +54,7 @@ func init() {
 		flags: func(fs *flag.FlagSet) {
 			f := &gatewayFlags
 			fs.StringVar(&f.api, "gateway-api", "", "Discord REST base to fetch GET /gateway/bot from (e.g. https://discord.com/api/v10, or http://127.0.0.1:9000/api/v10 for the emulator); needs --bot-token-file")
-			fs.StringVar(&f.url, "gateway-url", "", "Gateway URL handed to nodes, ws:// only (default: the url of GET /gateway/bot)")
+			fs.StringVar(&f.url, "gateway-url", "", "Gateway URL handed to nodes, ws:// or wss:// (default: the url of GET /gateway/bot)")
 			fs.StringVar(&f.tokenFile, "bot-token-file", "", "file holding the bot token (mode 0600 or stricter; read at start)")
 			fs.UintVar(&f.intents, "intents", controller.DefaultIntents, "Gateway intents for Identify (513 = GUILDS | GUILD_MESSAGES)")
 			fs.DurationVar(&f.refresh, "gateway-refresh", controller.DefaultGatewayRefresh, "how often to fetch GET /gateway/bot")

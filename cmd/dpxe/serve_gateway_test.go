@@ -44,7 +44,7 @@ func TestServeGatewayFlagsAndConfig(t *testing.T) {
 	}
 
 	bad := map[string][]string{
-		"wss":               {"--gateway-url", "wss://gateway.discord.gg", "--bot-token-file", tokFile},
+		"WSS":               {"--gateway-url", "WSS://gateway.discord.gg", "--bot-token-file", tokFile},
 		"http url":          {"--gateway-url", "http://h/", "--bot-token-file", tokFile},
 		"url without token": {"--gateway-url", "ws://h/"},
 		"api without token": {"--gateway-api", "http://h/api/v10"},
@@ -60,8 +60,8 @@ func TestServeGatewayFlagsAndConfig(t *testing.T) {
 		if !errors.Is(err, errUsage) {
 			t.Errorf("%s accepted: %v", name, err)
 		}
-		if name == "wss" && (err == nil || !strings.Contains(err.Error(), "TLS")) {
-			t.Errorf("wss error does not say why: %v", err)
+		if name == "WSS" && (err == nil || !strings.Contains(err.Error(), "wss://")) {
+			t.Errorf("WSS error does not say why: %v", err)
 		}
 	}
 	unknown := filepath.Join(dir, "unknown.json")

@@ -41,7 +41,7 @@ const (
 
 // haCluster is three `dpxe serve` replicas on one PostgreSQL database.
 type haCluster struct {
-	t         *testing.T
+	t         testing.TB
 	bin, dir  string
 	dsn       string
 	tokenFile string
@@ -52,20 +52,34 @@ type haCluster struct {
 	tail      int          // log lines per replica in logTail
 	all       []*serveProc // every process started, for logTail
 	names     []string
+	// bins and dsns, when set, replace bin and dsn for one replica (one
+	// run in a network namespace through a wrapper, reaching the database
+	// at another address).
+	bins, dsns [3]string
+	// leaderLease replaces haLeaderLease when set.
+	leaderLease time.Duration
 }
 
 func (c *haCluster) args(i int) []string {
 	c.starts[i]++
 	app := fmt.Sprintf("dpxe-r%d", i)
+	ll := haLeaderLease
+	if c.leaderLease != 0 {
+		ll = c.leaderLease
+	}
+	dsn := c.dsn
+	if c.dsns[i] != "" {
+		dsn = c.dsns[i]
+	}
 	sep := "?"
-	if strings.Contains(c.dsn, "?") {
+	if strings.Contains(dsn, "?") {
 		sep = "&"
 	}
 	d := filepath.Join(c.dir, fmt.Sprintf("r%d-%d", i, c.starts[i]))
-	return []string{"--db", c.dsn + sep + "application_name=" + app, "--admin-token-file", c.tokenFile,
+	return []string{"--db", dsn + sep + "application_name=" + app, "--admin-token-file", c.tokenFile,
 		"--metrics-token-file", filepath.Join(d, "metrics.token"), "--nats-store", filepath.Join(d, "nats"),
 		"--replica-id", fmt.Sprintf("r%d", i), "--total-shards", strconv.Itoa(haShards), "--max-concurrency", strconv.Itoa(haMC),
-		"--identify-window", haWindow.String(), "--lease", haNodeLease.String(), "--leader-lease", haLeaderLease.String(),
+		"--identify-window", haWindow.String(), "--lease", haNodeLease.String(), "--leader-lease", ll.String(),
 		"--session-budget", strconv.Itoa(haBudget), "--session-reserve", "0"}
 }
 
@@ -81,7 +95,11 @@ func (c *haCluster) start(i int) {
 	}
 	addr := c.addr[i]
 	c.mu.Unlock()
-	p := startServe(c.t, c.bin, append(c.args(i), "--listen", addr)...)
+	bin := c.bin
+	if c.bins[i] != "" {
+		bin = c.bins[i]
+	}
+	p := startServe(c.t, bin, append(c.args(i), "--listen", addr)...)
 	c.mu.Lock()
 	c.addr[i] = strings.TrimPrefix(p.url, "http://")
 	c.procs[i] = p

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/discord-pxe/dpxe/fleet/metrics/promtest"
 	"github.com/discord-pxe/dpxe/internal/freeport"
 )
 
@@ -102,4 +103,15 @@ func TestServeNetbootMetrics(t *testing.T) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
+
+	// The shipped Grafana dashboard's netboot panels, against a real
+	// Prometheus scraping this serve (the other panels are checked in
+	// fleet/api's TestRealPrometheusScrapes). A rate needs two samples.
+	prom := promtest.Start(t, promtest.Job{Name: "dpxe", Target: strings.TrimPrefix(p.url, "http://"),
+		TokenFile: filepath.Join(dir, "var", metricsTokenName)})
+	prom.WaitFor(t, promtest.Startup+10*promtest.ScrapeInterval, map[string]string{
+		`dpxe_netboot_requests_total{job="dpxe",service="http"}`:                                "2",
+		`count_over_time(dpxe_netboot_requests_total{job="dpxe",service="http"}[1m]) >= bool 2`: "1",
+	})
+	promtest.CheckDashboard(t, prom, "../../docs/grafana/dpxe-fleet.json", "dpxe", promtest.Reads("dpxe_netboot_"))
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/discord-pxe/dpxe/fleet/netboot/dhcp"
 	"github.com/discord-pxe/dpxe/fleet/netboot/inventory"
 	"github.com/discord-pxe/dpxe/fleet/netboot/stats"
+	"github.com/discord-pxe/dpxe/fleet/store"
 )
 
 // The netboot part of `dpxe serve`: DHCP (proxy or authoritative), TFTP and
@@ -75,6 +76,20 @@ func init() {
 type bootRoute struct {
 	ip  netip.Addr
 	mux *http.ServeMux
+	// app, when set, is the fleet whose replica (app.ha) forwards the
+	// node routes to the leader while this replica follows.
+	app *fleetApp
+}
+
+// ServeHTTP serves the boot mux; with replicas, node requests (/v1/...)
+// go to the leader as on the operator listener, so a node that booted
+// from this replica keeps checking in here after it stops leading.
+func (b *bootRoute) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if b.app != nil && b.app.ha != nil {
+		b.app.ha.forward(b.mux).ServeHTTP(w, r)
+		return
+	}
+	b.mux.ServeHTTP(w, r)
 }
 
 // dispatch sends connections made to the boot address to the boot mux and
@@ -84,7 +99,7 @@ func (b *bootRoute) dispatch(op http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
 			if ap, err := netip.ParseAddrPort(la.String()); err == nil && ap.Addr().Unmap() == b.ip {
-				b.mux.ServeHTTP(w, r)
+				b.ServeHTTP(w, r)
 				return
 			}
 		}
@@ -124,6 +139,10 @@ func attachNetboot(ctx context.Context, app *fleetApp, log *slog.Logger) (func(c
 		return nil, fmt.Errorf("%w: --listen %s is the boot network's address: the operator API and the dashboard must not be served to the boot LAN; "+
 			"keep --listen on loopback or a management address (nodes get their own listener on %s:%s)", errUsage, app.cfg.Listen, ip, port)
 	}
+	// On PostgreSQL several replicas may serve one boot network: every
+	// address is then allocated in the shared database (docs/ha.md).
+	// SQLite holds one replica, which keeps its table in memory.
+	dcfg.SharedLeases = store.IsPostgresURL(app.cfg.DB)
 	if f.proxyEnroll && dcfg.Mode != dhcp.Proxy {
 		return nil, fmt.Errorf("%w: --proxy-enroll needs --dhcp proxy (authoritative mode enrolls from its own leases; without DHCP nothing enrolls)", errUsage)
 	}
@@ -132,12 +151,21 @@ func attachNetboot(ctx context.Context, app *fleetApp, log *slog.Logger) (func(c
 	if controllerURL == "" {
 		controllerURL = base
 	}
+	// Nodes pin the controller's key when it is reached over https://
+	// (a pin with an http:// controller would make the node refuse it).
+	pin := ""
+	if strings.Contains(controllerURL, "https://") {
+		if app.tls == nil {
+			return nil, fmt.Errorf("%w: --controller-url %s is https:// but this controller has no TLS identity to pin (give --tls-listen)", errUsage, controllerURL)
+		}
+		pin = app.tls.Pin
+	}
 	// The services' counters are exported on /metrics (docs/metrics.md#netboot).
 	counters := stats.New()
 	app.api.Metrics().SetNetboot(counters)
 	nb, err := netboot.New(ctx, netboot.Config{
 		Interface: f.iface, ServerIP: ip, DHCP: dcfg, TFTPAddr: f.tftp, Stats: counters,
-		BaseURL: base, Controller: controllerURL, EnrollUntrusted: f.proxyEnroll, Refusals: app.refusals,
+		BaseURL: base, Controller: controllerURL, ControllerPin: pin, EnrollUntrusted: f.proxyEnroll, Refusals: app.refusals,
 		BootDir: f.bootDir, IPXEDir: f.ipxeDir, IPv6NoRouter: f.ipv6NoRouter, Log: log,
 	}, inv, inv)
 	if err != nil {
@@ -146,7 +174,7 @@ func attachNetboot(ctx context.Context, app *fleetApp, log *slog.Logger) (func(c
 	// The boot network gets its own mux: the boot files and scripts, and
 	// the node routes of the API. /boot/ is on no other listener, and no
 	// operator route is on this one.
-	boot := &bootRoute{ip: ip, mux: http.NewServeMux()}
+	boot := &bootRoute{ip: ip, mux: http.NewServeMux(), app: app}
 	nb.Register(boot.mux)
 	app.api.RegisterNode(boot.mux)
 	app.boot = boot
@@ -161,7 +189,7 @@ func attachNetboot(ctx context.Context, app *fleetApp, log *slog.Logger) (func(c
 		if err != nil {
 			return nil, fmt.Errorf("listening for nodes on %s: %w", f.iface, err)
 		}
-		bootSrv = &http.Server{Handler: boot.mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 15 * time.Second,
+		bootSrv = &http.Server{Handler: boot, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 15 * time.Second,
 			WriteTimeout: 5 * time.Minute, IdleTimeout: 2 * time.Minute,
 			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	}
@@ -173,7 +201,7 @@ func attachNetboot(ctx context.Context, app *fleetApp, log *slog.Logger) (func(c
 	case f.proxyEnroll:
 		log.Warn("netboot: --proxy-enroll: any host on the boot LAN can enroll as an approved machine that is not live (docs/security.md)")
 	}
-	log.Info("netboot on", "interface", f.iface, "ip", ip, "dhcp", f.dhcpMode, "boot_url", base, "controller_url", controllerURL)
+	log.Info("netboot on", "interface", f.iface, "ip", ip, "dhcp", f.dhcpMode, "boot_url", base, "controller_url", controllerURL, "controller_pin", pin != "")
 	return func(ctx context.Context) error {
 		errc := make(chan error, 2)
 		go func() { errc <- nb.Serve(ctx) }()

@@ -43,9 +43,9 @@ type serveProc struct {
 	done  chan error
 }
 
-var listenRE = regexp.MustCompile(`msg=listening addr=(127\.0\.0\.\d+:\d+)`)
+var listenRE = regexp.MustCompile(`msg=listening addr=(\d+\.\d+\.\d+\.\d+:\d+)`)
 
-func startServe(t *testing.T, bin string, args ...string) *serveProc {
+func startServe(t testing.TB, bin string, args ...string) *serveProc {
 	t.Helper()
 	p := &serveProc{cmd: exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0"}, args...)...), done: make(chan error, 1)}
 	stderr, err := p.cmd.StderrPipe()
@@ -92,7 +92,7 @@ func (p *serveProc) logs() string {
 }
 
 // stop sends SIGTERM and waits for a clean exit.
-func (p *serveProc) stop(t *testing.T) {
+func (p *serveProc) stop(t testing.TB) {
 	t.Helper()
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	select {

@@ -37,7 +37,8 @@ func attachWeb(ctx context.Context, app *fleetApp, log *slog.Logger) (func(conte
 		return nil, nil
 	}
 	s := web.New(web.Config{Controller: app.controller, Store: app.store, AdminHash: app.adminHash,
-		Netboot: app.netboot, Log: log, Refusals: app.refusals, LiveEvery: webFlags.liveEvery})
+		Netboot: app.netboot, Log: log, Refusals: app.refusals, LiveEvery: webFlags.liveEvery,
+		Events: app.api.Metrics().Events})
 	s.Register(app.mux)
 	context.AfterFunc(ctx, s.CloseStreams)
 	log.Info("dashboard at / (log in with the admin token or the dashboard password)")

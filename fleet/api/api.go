@@ -67,6 +67,7 @@ type Server struct {
 	probe           storeProbe
 	ready           readySummary
 	version         string // what GET /healthz reports (SetVersion)
+	pin             string // what GET /v1/controller/pin reports (SetControllerPin)
 }
 
 // New returns a server for c whose operator endpoints accept the admin
@@ -130,6 +131,7 @@ func (s *Server) RegisterOperator(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/budget", s.admin(s.budget))
 	mux.HandleFunc("PUT /v1/budget", s.admin(s.setBudget))
 	mux.HandleFunc("GET /v1/gateway", s.admin(s.gateway))
+	mux.HandleFunc("GET /v1/controller/pin", s.admin(s.controllerPin))
 }
 
 // HashToken returns the stored form of a bearer token.

@@ -104,7 +104,7 @@ func TestAPIGatewaySettingsAndResumeHandoff(t *testing.T) {
 	// Session fields are validated like every other field.
 	for body, field := range map[string]string{
 		`{"node_id":"a","capacity":4,"shards":[{"id":0,"state":"ASSIGNED","session_id":"x y","resume_url":"ws://h/"}]}`:        "shards[0].session_id",
-		`{"node_id":"a","capacity":4,"shards":[{"id":0,"state":"ASSIGNED","session_id":"x","resume_url":"wss://h/"}]}`:         "shards[0].resume_url",
+		`{"node_id":"a","capacity":4,"shards":[{"id":0,"state":"ASSIGNED","session_id":"x","resume_url":"WSS://h/"}]}`:         "shards[0].resume_url",
 		`{"node_id":"a","capacity":4,"shards":[{"id":0,"state":"ASSIGNED","session_id":"x"}]}`:                                 "shards[0].resume_url",
 		`{"node_id":"a","capacity":4,"shards":[{"id":0,"state":"ASSIGNED","session_id":"x","resume_url":"ws://h/","sess":1}]}`: "sess",
 	} {

@@ -141,8 +141,8 @@ type GatewayBot struct {
 }
 
 // Validate checks an answer's numbers before the controller uses any of
-// it. The URL is checked on its own (ApplyGatewayBot): a wss:// URL, which
-// nodes cannot dial yet, does not spoil the rest.
+// it. The URL is checked on its own (ApplyGatewayBot): a URL nodes
+// cannot dial does not spoil the rest.
 func (g *GatewayBot) Validate() error {
 	l := g.SessionStartLimit
 	switch {
@@ -165,7 +165,7 @@ func (g *GatewayBot) Validate() error {
 // is only reported: the plan's total is fixed for the process's life (see
 // docs/protocol.md, "Gateway settings"). An answer that fails Validate
 // changes nothing and is returned as an error. A URL nodes cannot dial
-// (wss:// until the kernel has TLS) is not handed out: the last good one
+// (neither ws:// nor wss://) is not handed out: the last good one
 // stays, and the reason shows in the log and in Gateway().LastError.
 func (c *Controller) ApplyGatewayBot(ctx context.Context, g GatewayBot) error {
 	if err := g.Validate(); err != nil {

@@ -260,7 +260,7 @@ func TestGatewaySettingsInCheckin(t *testing.T) {
 	if r.GatewayURL != "ws://127.0.0.1:9000/?v=10&encoding=json" || r.BotToken != tok || r.Intents != DefaultIntents {
 		t.Fatalf("settings: %+v", r)
 	}
-	for _, bad := range []GatewaySettings{{URL: "wss://gateway.discord.gg"}, {URL: "http://x"}, {Token: "a b"}, {Token: `a"b`}, {Token: strings.Repeat("t", 257)}} {
+	for _, bad := range []GatewaySettings{{URL: "WSS://gateway.discord.gg"}, {URL: "http://x"}, {Token: "a b"}, {Token: `a"b`}, {Token: strings.Repeat("t", 257)}} {
 		err := h.c.SetGateway(bad)
 		if !errors.Is(err, ErrConfig) {
 			t.Errorf("SetGateway(%+v) = %v", bad, err)
@@ -269,8 +269,15 @@ func TestGatewaySettingsInCheckin(t *testing.T) {
 			t.Errorf("error repeats the token: %v", err)
 		}
 	}
-	if !strings.Contains(h.c.SetGateway(GatewaySettings{URL: "wss://gateway.discord.gg"}).Error(), "TLS") {
-		t.Error("wss error does not say why")
+	// wss:// is handed out as it is: the kernel speaks TLS 1.3.
+	if err := h.c.SetGateway(GatewaySettings{URL: "wss://gateway.discord.gg", Token: tok}); err != nil {
+		t.Fatalf("SetGateway(wss://): %v", err)
+	}
+	if r := h.checkin("a", 2, 1); r.GatewayURL != "wss://gateway.discord.gg/?v=10&encoding=json" {
+		t.Fatalf("wss settings: %+v", r)
+	}
+	if err := h.c.SetGateway(GatewaySettings{URL: "ws://127.0.0.1:9000", Token: tok}); err != nil {
+		t.Fatal(err)
 	}
 	v := h.c.Gateway()
 	if !v.TokenSet || v.URLSource != "operator" {
@@ -323,12 +330,13 @@ func TestApplyGatewayBot(t *testing.T) {
 	if h.c.Budget().Remaining != 989 {
 		t.Fatal("grant did not take from Discord's budget")
 	}
-	// A wss:// URL (real Discord) is not handed out; the rest is used.
-	if err := h.c.ApplyGatewayBot(ctx, gatewayBot("wss://gateway.discord.gg", 8, 1000, 985, 2, 3_600_000)); err != nil {
+	// A URL nodes cannot dial (upper-case scheme) is not handed out; the
+	// rest is used.
+	if err := h.c.ApplyGatewayBot(ctx, gatewayBot("WSS://gateway.discord.gg", 8, 1000, 985, 2, 3_600_000)); err != nil {
 		t.Fatal(err)
 	}
-	if v := h.c.Gateway(); v.URL != "ws://127.0.0.1:9000/?v=10&encoding=json" || !strings.Contains(v.LastError, "TLS") || h.c.Budget().Remaining != 985 {
-		t.Fatalf("after a wss answer: %+v", v)
+	if v := h.c.Gateway(); v.URL != "ws://127.0.0.1:9000/?v=10&encoding=json" || !strings.Contains(v.LastError, "wss://") || h.c.Budget().Remaining != 985 {
+		t.Fatalf("after a WSS answer: %+v", v)
 	}
 	// Bad answers change nothing and are recorded.
 	for _, g := range []GatewayBot{

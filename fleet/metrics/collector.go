@@ -59,6 +59,9 @@ func (f *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
 		descNBRequests, descNBAnswers, descNBRefusals, descNBErrors, descNBBytes} {
 		ch <- d
 	}
+	for _, d := range eventsDescs {
+		ch <- d
+	}
 }
 
 // pingHist accumulates one ping histogram.
@@ -240,6 +243,7 @@ func (f *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 	}
+	f.m.collectEvents(ch)
 }
 
 func isListedCode(c uint16) bool {

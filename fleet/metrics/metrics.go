@@ -125,6 +125,8 @@ type Metrics struct {
 	commitErrs prometheus.Counter
 	// netboot is the netboot services' counters, when they run.
 	netboot atomic.Pointer[stats.Counters]
+	// events reads the event stream, when serve delivers events.
+	events atomic.Pointer[EventsSource]
 }
 
 // New returns the instrumentation of c and hooks the store commit latency

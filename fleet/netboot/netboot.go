@@ -60,6 +60,9 @@ type Config struct {
 	BaseURL string
 	// Controller is the controller API URL put on kernel command lines.
 	Controller string
+	// ControllerPin is put on kernel command lines as controller_pin= (""
+	// for none).
+	ControllerPin string
 	// BootDir holds kernel.bin (the image pipeline's output); it is served
 	// read-only. IPXEDir holds the iPXE binaries (default DefaultIPXEDir);
 	// only the files named in IPXEFiles are served from it.
@@ -188,7 +191,7 @@ func New(ctx context.Context, cfg Config, inv inventory.Inventory, leases invent
 		}
 	}
 	s.http, err = httpboot.New(httpboot.Config{
-		BaseURL: cfg.BaseURL, Controller: cfg.Controller, Roots: roots, Retry: cfg.ScriptRetry,
+		BaseURL: cfg.BaseURL, Controller: cfg.Controller, ControllerPin: cfg.ControllerPin, Roots: roots, Retry: cfg.ScriptRetry,
 		EnrollOff: off, Refusals: cfg.Refusals, Stats: cfg.Stats,
 	}, inv, s.track, cfg.Log)
 	if err != nil {

@@ -147,9 +147,16 @@ func (s *Store) Campaign(ctx context.Context, holder, url string, ttl time.Durat
 	}
 	var l Leadership
 	var term, expires, now int64
-	err = tx.QueryRowContext(ctx, s.q(`SELECT term, holder, url, expires_at, `+s.dbNowMS()+` FROM ha_leader WHERE id = 1`+s.forUpdate())).
-		Scan(&term, &l.Holder, &l.URL, &expires, &now)
+	err = tx.QueryRowContext(ctx, s.q(`SELECT term, holder, url, expires_at FROM ha_leader WHERE id = 1`+s.forUpdate())).
+		Scan(&term, &l.Holder, &l.URL, &expires)
 	if err != nil {
+		return Leadership{}, fmt.Errorf("store: campaign: %w", err)
+	}
+	// The clock is read once the row is locked: in the statement that
+	// locks it, PostgreSQL evaluates clock_timestamp() before waiting for
+	// the lock, so a campaign that waited for another transaction would
+	// judge the lease by a time from before its wait.
+	if err := tx.QueryRowContext(ctx, `SELECT `+s.dbNowMS()).Scan(&now); err != nil {
 		return Leadership{}, fmt.Errorf("store: campaign: %w", err)
 	}
 	until := now + ttl.Milliseconds()

@@ -312,3 +312,38 @@ func testDashboardSessionsStored(t *testing.T, dsn string) {
 		t.Fatalf("%d stored sessions", n)
 	}
 }
+
+// TestStalledTransactionFreesLeaderRow: a replica that stalls inside a
+// transaction holding the leader row's lock (cut off from the database
+// mid-transaction, its socket still open on the server's side) does not
+// keep the other replicas from taking over: the server ends the idle
+// session after pgIdleInTransaction and another replica's campaign takes
+// the expired lease. PostgreSQL only (SQLite has one process). Mutation:
+// without the session's idle_in_transaction_session_timeout the campaign
+// waits for the lock until its one-minute deadline and the test fails.
+func TestStalledTransactionFreesLeaderRow(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.DB(t)
+	a, b := openDSN(t, dsn), openDSN(t, dsn)
+	if l, err := a.Campaign(ctx, "a", "http://a", time.Second); err != nil || !l.Leader {
+		t.Fatalf("a's campaign: %+v %v", l, err)
+	}
+	tx, err := a.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `SELECT term FROM ha_leader WHERE id = 1 FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	// a now sits in its transaction, as a partitioned replica would.
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	l, err := b.Campaign(cctx, "b", "http://b", time.Second)
+	if err != nil || !l.Leader || l.Term != 2 {
+		t.Fatalf("b's campaign while a stalls in a transaction: %+v %v", l, err)
+	}
+	if _, err := tx.ExecContext(ctx, `SELECT 1`); err == nil {
+		t.Fatal("the stalled session survived")
+	}
+}

@@ -23,6 +23,7 @@ var migrations = []migration{
 	{3, "netboot enrollments", schemaV3},
 	{4, "fleet history", schemaV4},
 	{5, "controller replicas", schemaHA},
+	{6, "shared DHCP leases", schemaLeases},
 }
 
 // schemaV4 is the dashboard's 24-hour fleet history (history.go): one row

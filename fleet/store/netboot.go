@@ -276,9 +276,11 @@ func (n *NetbootInventory) LastStages(ctx context.Context) (map[string]inventory
 	return out, rows.Err()
 }
 
-// Leases implements inventory.LeaseStore.
+// Leases implements inventory.LeaseStore: every binding and declined
+// address, expired ones included; outstanding offers of shared
+// allocation (Offer) are not leases.
 func (n *NetbootInventory) Leases(ctx context.Context) ([]inventory.Lease, error) {
-	rows, err := n.s.query(ctx, `SELECT ip, mac, expiry, declined FROM netboot_leases ORDER BY ip`)
+	rows, err := n.s.query(ctx, `SELECT ip, mac, expiry, declined FROM netboot_leases WHERE offered = 0 ORDER BY ip`)
 	if err != nil {
 		return nil, fmt.Errorf("inventory leases: %w", err)
 	}
@@ -312,10 +314,24 @@ func (n *NetbootInventory) PutLease(ctx context.Context, l inventory.Lease) erro
 	if l.MAC != nil {
 		mac = inventory.MACKey(l.MAC)
 	}
-	_, err := n.s.exec(ctx, `INSERT INTO netboot_leases (ip, mac, expiry, declined) VALUES (?, ?, ?, ?)
-		ON CONFLICT (ip) DO UPDATE SET mac = excluded.mac, expiry = excluded.expiry, declined = excluded.declined`,
+	t, err := n.s.begin(ctx)
+	if err != nil {
+		return fmt.Errorf("inventory put lease %s: %w", l.IP, err)
+	}
+	defer t.Rollback()
+	// A MAC holds one lease (the unique index of migration 6).
+	if mac != "" {
+		if _, err := t.exec(ctx, `DELETE FROM netboot_leases WHERE mac = ? AND ip <> ?`, mac, l.IP.String()); err != nil {
+			return fmt.Errorf("inventory put lease %s: %w", l.IP, err)
+		}
+	}
+	_, err = t.exec(ctx, `INSERT INTO netboot_leases (ip, mac, expiry, declined) VALUES (?, ?, ?, ?)
+		ON CONFLICT (ip) DO UPDATE SET mac = excluded.mac, expiry = excluded.expiry, declined = excluded.declined, offered = 0`,
 		l.IP.String(), mac, unixMS(l.Expiry), b2i(l.Declined))
 	if err != nil {
+		return fmt.Errorf("inventory put lease %s: %w", l.IP, err)
+	}
+	if err := t.Commit(); err != nil {
 		return fmt.Errorf("inventory put lease %s: %w", l.IP, err)
 	}
 	return nil

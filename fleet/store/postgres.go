@@ -2,15 +2,17 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
+	"github.com/jackc/pgx/v5/stdlib" // also registers the "pgx" driver
 )
 
 // The PostgreSQL backend (issue 20). The store's queries are written once,
@@ -26,6 +28,18 @@ import (
 // pgMaxOpenConns bounds the connection pool on PostgreSQL, which, unlike
 // SQLite, runs writers in parallel.
 const pgMaxOpenConns = 8
+
+// pgIdleInTransaction is the idle_in_transaction_session_timeout of the
+// store's sessions (unless the URL sets one): the server ends a session
+// that sat inside a transaction this long, releasing its row locks. A
+// replica cut off from the database in the middle of a transaction (a
+// network partition, where the server's socket stays open for the hours
+// TCP keepalive takes) would otherwise keep the leader row locked and no
+// other replica could take over. dpxe's transactions run their statements
+// back to back, in milliseconds.
+const pgIdleInTransaction = 5 * time.Second
+
+const pgIdleInTxParam = "idle_in_transaction_session_timeout"
 
 // pgMigrationLock is the advisory-lock key that serializes migrations of
 // several dpxe processes opening one database at once ("dpxe" in ASCII).
@@ -59,10 +73,14 @@ func RedactURL(dsn string) string {
 // migrations.
 func openPostgres(ctx context.Context, dsn string) (*Store, error) {
 	name := RedactURL(dsn)
-	db, err := sql.Open("pgx", dsn)
+	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", name, err)
 	}
+	if _, set := cfg.RuntimeParams[pgIdleInTxParam]; !set {
+		cfg.RuntimeParams[pgIdleInTxParam] = strconv.FormatInt(pgIdleInTransaction.Milliseconds(), 10)
+	}
+	db := stdlib.OpenDB(*cfg)
 	db.SetMaxOpenConns(pgMaxOpenConns)
 	db.SetMaxIdleConns(pgMaxOpenConns)
 	if err := db.PingContext(ctx); err != nil {
@@ -126,4 +144,12 @@ func isPostgresConstraint(err error, c constraint) bool {
 		return pe.Code == "23503" // foreign_key_violation
 	}
 	return false
+}
+
+// isPostgresRetryable reports whether err is PostgreSQL failing a
+// transaction that may simply be run again: a serialization failure
+// (40001) or a deadlock it broke (40P01).
+func isPostgresRetryable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
 }

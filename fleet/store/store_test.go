@@ -215,3 +215,40 @@ func TestFilesPrivate(t *testing.T) {
 	s.SetSetting(ctx, "k", "w")
 	check("reopened")
 }
+
+// TestShardStatusBatches: a batch with more statuses than one PostgreSQL
+// statement takes, and a shard reported twice (it moved between nodes
+// within one flush), stores every shard once with its last status.
+func TestShardStatusBatches(t *testing.T) { pgtest.Each(t, testShardStatusBatches) }
+
+func testShardStatusBatches(t *testing.T, dsn string) {
+	ctx := context.Background()
+	s := openDSN(t, dsn)
+	now := time.UnixMilli(1_800_000_000_000)
+	for _, id := range []string{"n1", "n2"} {
+		if err := s.CreateNode(ctx, id, []byte("h"), now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var b Batch
+	for i := range 2500 {
+		b.ShardStatus = append(b.ShardStatus, ShardStatus{ShardID: uint32(i), NodeID: "n1", State: "READY", UpdatedAt: now})
+	}
+	b.ShardStatus = append(b.ShardStatus, ShardStatus{ShardID: 7, NodeID: "n2", State: "STARTING", UpdatedAt: now.Add(time.Second)})
+	if err := s.Apply(ctx, &b); err != nil {
+		t.Fatal(err)
+	}
+	all, err := s.ShardStatuses(ctx, "")
+	if err != nil || len(all) != 2500 {
+		t.Fatalf("%d statuses, %v", len(all), err)
+	}
+	for _, x := range all {
+		want := "n1"
+		if x.ShardID == 7 {
+			want = "n2"
+		}
+		if x.NodeID != want {
+			t.Fatalf("shard %d: node %s, want %s", x.ShardID, x.NodeID, want)
+		}
+	}
+}

@@ -231,6 +231,7 @@ func writeCaseModule(t testing.TB, cases [][]byte, sections ...appliance.ModuleS
 // parser, plus seeded mutations of a valid one.
 func configCases(seed uint32) [][]byte {
 	a := func(n int) string { return strings.Repeat("a", n) }
+	pin := "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 	hand := []string{
 		"", "   \t\r\n", "# only a comment\n", "kernel.bin", "kernel.bin node=a", "node=a", "node=", "=x", "=",
 		"node=a node=b", "nodes=1", "NODE=a", "node=" + a(64), "node=" + a(65), "node=a.b-c_D9", "node=a/b", "node=a=b",
@@ -256,6 +257,11 @@ func configCases(seed uint32) [][]byte {
 		"tlsget=https://discord.com/", "tlsget=https://01.2.3.4/", "tlsget=https://1.2.3.4/,", "tlsget=https://1.2.3.4/,a,b",
 		"tlsget=https://1.2.3.4x/", "tlsget=https://1.2.3.4/" + a(1023), "tlsget=https://1.2.3.4/" + a(1024),
 		"tlsget=https://1.2.3.4/," + a(253), "tlsget=https://1.2.3.4/," + a(254), "tlsget=https://1.2.3.4/a=b?c,n.test",
+		"controller=https://x:8443/p", "controller=https://", "controller=https:/x", "controller=httpsx://a", "controller=https://h:0",
+		"controller=https://h:443,http://a", "controller=https://:1", "controller=HTTPS://h", "controller=https://" + a(192), "controller=https://" + a(193),
+		"controller_pin=" + pin, "controller_pin=" + pin[:63], "controller_pin=" + pin + "0", "controller_pin=" + pin[:63] + "F",
+		"controller_pin=" + pin[:63] + "g", "controller_pin=" + pin[:63] + "/", "controller_pin=" + pin + " controller_pin=" + pin,
+		"controller=https://10.0.0.1:8443 controller_pin=" + strings.Repeat("f", 64), "controller_pin=" + strings.Repeat("0", 64),
 	}
 	cases := make([][]byte, 0, 400)
 	for _, h := range hand {

@@ -45,7 +45,7 @@ type dnsQuery struct {
 }
 
 // startLabDNS listens on addr:53 inside the namespace.
-func startLabDNS(t *testing.T, nsName, addr string, ttl uint32, names map[string][4]byte) *labDNS {
+func startLabDNS(t testing.TB, nsName, addr string, ttl uint32, names map[string][4]byte) *labDNS {
 	t.Helper()
 	d := &labDNS{ttl: ttl, addr: names, fail: map[string]bool{}, done: make(chan struct{})}
 	if err := inNetns(nsName, func() (err error) {

@@ -63,6 +63,12 @@ type gwLab struct {
 	// gatewayAPI is the emulator's REST base URL (--gateway-api) and
 	// botToken the file with its bot token (--bot-token-file).
 	gatewayAPI, botToken string
+	// kernel, when set, is the kernel image nodes boot instead of the
+	// shared one (an image built with a test trust anchor, say).
+	kernel string
+	// hellos records the Random of every ClientHello the emulator
+	// receives, when it serves TLS (Options.TLS).
+	hellos *helloLog
 }
 
 type gwNode struct {
@@ -112,6 +118,10 @@ func newGWLabNoServe(t testing.TB, ctx context.Context, subnet string, emu gatew
 	ln, err := listenInNetns(ns.Name, subnet+".1:7878")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if emu.TLS {
+		l.hellos = &helloLog{}
+		ln = &helloListener{Listener: ln, log: l.hellos}
 	}
 	go e.Serve(ln)
 	for i := 0; strings.Contains(e.URL(), "://:") || strings.HasSuffix(e.URL(), "//"); i++ {
@@ -208,9 +218,13 @@ func (l *gwLab) boot(id, nic string, capacity uint32) *gwNode {
 		l.nodeConfig(i, &cfg)
 	}
 	n := &gwNode{id: id, serial: &nodeSerial{}, quit: make(chan struct{})}
+	kernelPath := l.kernel
+	if kernelPath == "" {
+		kernelPath = filepath.Join(outDir(l.t), image.KernelFile)
+	}
 	o := qemu.Options{
 		Firmware: qemu.SeaBIOS,
-		Kernel:   filepath.Join(outDir(l.t), image.KernelFile),
+		Kernel:   kernelPath,
 		Append:   cfg.String(),
 		Memory:   256,
 		Net: []string{"-netdev", "tap,id=n0,ifname=" + tap + ",script=no,downscript=no",
@@ -661,25 +675,28 @@ type ladderFigures struct {
 	jitter     time.Duration // worst first-heartbeat deviation from the formula
 	idlePct    float64       // share of the last node line spent halted
 	perShard   float64       // bytes a shard owns privately (the banner's sum)
-	// perShardTLS is perShard with the TLS state a wss:// shard will add:
-	// its TLS_CONN and two record buffers (shardMemory).
+	// perShardTLS is perShard (which holds a wss:// shard's TLS_CONN and
+	// record buffer) with the shared handshake slots spread over the
+	// step's shards (shardMemory).
 	perShardTLS float64
+	// console is the node's console once every shard was READY.
+	console string
 }
 
 // shardMemoryBudget is the issue's bound on what one shard owns, TLS and
 // zlib-stream included.
 const shardMemoryBudget = 128 << 10
 
-// shardMemory reads the banner's "memory per shard" line: its parts must
-// add up to its total, and that total plus the TLS state a wss:// shard
-// will add must stay within shardMemoryBudget. The TLS state is the
-// TLS_CONN (appliance.TLSKernelConnBytes, which the TLS self-test checks
-// against the kernel's layout) and two record buffers, one each way, each
-// for the largest record a peer may send (a 5-byte header and
-// appliance.TLSMaxCiphertext): neither is in a shard yet, the kernel's
-// TLS is not wired into the Gateway connections. It returns the banner's
-// total and that sum.
-func shardMemory(t testing.TB, console string) (perShard, withTLS float64) {
+// shardMemory reads the banner's "memory per shard" lines: the parts must
+// add up to the total, the workspace must hold the TLS state a wss://
+// shard uses (its TLS_CONN, appliance.TLSKernelConnBytes, which the TLS
+// self-test checks against the kernel's layout, and one record buffer for
+// the largest record the kernel opens), and that total must stay within
+// shardMemoryBudget. The handshake workspaces are not a shard's: a few
+// slots are shared by all shards, one handshake at a time each (the second
+// line says how many and how large). It returns the banner's total and
+// that total with the shared slots spread over n shards.
+func shardMemory(t testing.TB, console string, n int) (perShard, withTLS float64) {
 	t.Helper()
 	m := regexp.MustCompile(`memory per shard: context (\d+) \+ Gateway workspace (\d+) \+ TCP block (\d+) = (\d+) bytes \(the workspace holds the zlib-stream inflater, (\d+), and the message scanner, (\d+)`).FindStringSubmatch(console)
 	if m == nil {
@@ -690,19 +707,37 @@ func shardMemory(t testing.TB, console string) (perShard, withTLS float64) {
 	if ctx+ws+tcb != total || infl+scan > ws {
 		t.Errorf("the banner's memory per shard does not add up: %s", m[0])
 	}
-	tls := uint64(appliance.TLSKernelConnBytes + 2*(5+appliance.TLSMaxCiphertext))
-	if total+tls > shardMemoryBudget {
-		t.Errorf("a shard owns %d bytes, %d with TLS (TLS_CONN %d, two %d-byte records): over %d", total, total+tls,
-			appliance.TLSKernelConnBytes, 5+appliance.TLSMaxCiphertext, shardMemoryBudget)
+	mt := regexp.MustCompile(`memory per shard with TLS \(wss://\): the workspace holds the record state (\d+) and the record buffer (\d+); handshake slots shared by all shards: (\d+) x (\d+) bytes`).FindStringSubmatch(console)
+	if mt == nil {
+		t.Error("no 'memory per shard with TLS' line in the banner")
+		return float64(total), float64(total)
 	}
-	t.Logf("memory per shard: %d bytes (inflater %d, scanner %d); with TLS's %d-byte TLS_CONN and two %d-byte record buffers %d, %d under %d",
-		total, infl, scan, appliance.TLSKernelConnBytes, 5+appliance.TLSMaxCiphertext, total+tls, shardMemoryBudget-int64(total+tls), shardMemoryBudget)
-	return float64(total), float64(total + tls)
+	conn, rec, slots, slot := mustU(mt[1]), mustU(mt[2]), mustU(mt[3]), mustU(mt[4])
+	// The largest record the kernel opens: a 5-byte header, 2^14 bytes
+	// of content, the content type and the 16-byte tag (a longer one is
+	// record_overflow, RFC 8446 §5.2, before any buffering).
+	const maxRecord = 5 + 1<<14 + 1 + 16
+	if conn != uint64(appliance.TLSKernelConnBytes) || rec != maxRecord || infl+scan+conn+rec > ws {
+		t.Errorf("the workspace's TLS state: %s (TLS_CONN %d, record %d)", mt[0], appliance.TLSKernelConnBytes, maxRecord)
+	}
+	if total > shardMemoryBudget {
+		t.Errorf("a shard owns %d bytes with its TLS state: over %d", total, shardMemoryBudget)
+	}
+	shared := float64(slots*slot) / float64(max(n, 1))
+	t.Logf("memory per shard: %d bytes with TLS (inflater %d, scanner %d, TLS_CONN %d, record buffer %d), %d under %d; shared handshake slots %d x %d bytes (%.0f per shard of %d)",
+		total, infl, scan, conn, rec, shardMemoryBudget-int64(total), shardMemoryBudget, slots, slot, shared, n)
+	return float64(total), float64(total) + shared
 }
 
 // ladderShape is what a ladder step's emulator sends each shard after
 // READY, and the bound on its last READY.
 type ladderShape struct {
+	// wss runs the step over wss://: the emulator serves TLS under
+	// wssHost, resolved by the namespace's DNS, the controller hands out
+	// wss://, and the node boots an image whose only anchor is the
+	// emulator's root (wssPrepare). DPXE_SCALE_WSS=1 sets it for
+	// TestKernelGatewayScale's steps.
+	wss bool
 	// guilds is the number of guilds routed to each shard, one
 	// GUILD_CREATE each after READY: ladderGuildBytes of `d`, the last
 	// ladderLastGuildBytes, over the kernel's GW_SINK_REPORT (64 KiB), so
@@ -760,8 +795,16 @@ func ladderRunShape(t testing.TB, subnet string, n, mc int, strict bool, shape l
 		}
 		eo.GuildCreateBytes[shape.guilds-1] = ladderLastGuildBytes
 	}
-	l := newGWLab(t, ctx, subnet, eo,
-		"--total-shards", fmt.Sprint(n), "--lease", "30s", "--max-concurrency", fmt.Sprint(mc))
+	serveArgs := []string{"--total-shards", fmt.Sprint(n), "--lease", "30s", "--max-concurrency", fmt.Sprint(mc)}
+	var l *gwLab
+	if shape.wss {
+		eo.TLS, eo.PublicHost = true, wssHost
+		l = newGWLabNoServe(t, ctx, subnet, eo)
+		bridge := netip.MustParseAddr(subnet + ".1").As4()
+		wssPrepare(t, l, bridge, l.emu.CAPEM(), wssHost, serveArgs...)
+	} else {
+		l = newGWLab(t, ctx, subnet, eo, serveArgs...)
+	}
 	node := l.boot(fmt.Sprintf("ladder-%d", n), "virtio-net-pci", uint32(n))
 	if node.serial.waitFor(regexp.MustCompile(`plan: generation \d+, `+fmt.Sprint(n)+` of `), 60*time.Second) == nil {
 		t.Fatal("the node never got its plan")
@@ -863,7 +906,8 @@ func ladderRunShape(t testing.TB, subnet string, n, mc int, strict bool, shape l
 		t.Errorf("first heartbeats measured on %d connections, want %d", measured, n)
 	}
 	fig.jitter = worst
-	fig.perShard, fig.perShardTLS = shardMemory(t, node.serial.String())
+	fig.perShard, fig.perShardTLS = shardMemory(t, node.serial.String(), n)
+	fig.console = node.serial.String()
 	t.Logf("first heartbeat vs max(1, interval*((id %% 20)+1)/20): worst deviation %v over %d shards", worst.Round(time.Millisecond), measured)
 	// The idle share the node reports with every shard READY (two node
 	// lines later, so the whole interval was spent READY).
@@ -1017,6 +1061,10 @@ func TestKernelGatewayScale(t *testing.T) {
 		shape  ladderShape
 	}{{128, 16, "10.86.0", ladderShape{guilds: 64, readyFloor: 1.06}}, {128, 1, "10.85.0", ladderShape{}}} {
 		name := fmt.Sprintf("%d-shards-mc%d", step.n, step.mc)
+		if os.Getenv("DPXE_SCALE_WSS") == "1" {
+			step.shape.wss = true // over wss:// (untested at 128 shards so far)
+			name += "-wss"
+		}
 		if step.shape.guilds > 0 {
 			name += fmt.Sprintf("-zlib-%d-guilds", step.shape.guilds)
 		}

@@ -18,44 +18,71 @@ import (
 // certLifetime is how long the generated certificates are valid.
 const certLifetime = 7 * 24 * time.Hour
 
-// setupTLS generates a throw-away CA and a server certificate signed by it for
+// setupTLS generates a throw-away certificate authority shaped like the
+// chain Discord's Cloudflare front end serves (research/tls-and-real-
+// gateway.md §1.6: a P-256 leaf under Google Trust Services' WE1, a P-256
+// key signed ecdsa-with-SHA384 by GTS Root R4, a P-384 root): a P-384
+// root, an intermediate with a P-256 key signed by it with ECDSA-SHA384,
+// and a P-256 leaf signed by the intermediate with ECDSA-SHA256 for
 // 127.0.0.1, ::1, localhost and the hosts of PublicHost and ResumeHost.
+// The server sends the leaf and the intermediate, not the root: a client
+// must hold the root (CAPEM) as its trust anchor, as a node's image does.
 func (e *Emulator) setupTLS() error {
 	now := time.Now()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	rootKey, err := ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
 	if err != nil {
-		return fmt.Errorf("gatewayemu: CA key: %w", err)
+		return fmt.Errorf("gatewayemu: root key: %w", err)
 	}
-	caTmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "dpxe gateway emulator CA"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(certLifetime),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	interKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return fmt.Errorf("gatewayemu: CA cert: %w", err)
-	}
-	caCert, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return fmt.Errorf("gatewayemu: CA parse: %w", err)
+		return fmt.Errorf("gatewayemu: intermediate key: %w", err)
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return fmt.Errorf("gatewayemu: server key: %w", err)
 	}
+	ca := func(serial int64, cn string, pathLen int) *x509.Certificate {
+		return &x509.Certificate{
+			SerialNumber:          big.NewInt(serial),
+			Subject:               pkix.Name{CommonName: cn, Organization: []string{"dpxe test"}},
+			NotBefore:             now.Add(-time.Hour),
+			NotAfter:              now.Add(certLifetime),
+			KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+			BasicConstraintsValid: true,
+			IsCA:                  true,
+			MaxPathLen:            pathLen,
+			MaxPathLenZero:        pathLen == 0,
+		}
+	}
+	rootTmpl := ca(1, "dpxe gateway emulator root R4", -1)
+	rootDER, err := x509.CreateCertificate(rand.Reader, rootTmpl, rootTmpl, &rootKey.PublicKey, rootKey)
+	if err != nil {
+		return fmt.Errorf("gatewayemu: root cert: %w", err)
+	}
+	root, err := x509.ParseCertificate(rootDER)
+	if err != nil {
+		return fmt.Errorf("gatewayemu: root parse: %w", err)
+	}
+	interTmpl := ca(2, "dpxe gateway emulator WE1", 0)
+	interTmpl.SignatureAlgorithm = x509.ECDSAWithSHA384
+	interDER, err := x509.CreateCertificate(rand.Reader, interTmpl, root, &interKey.PublicKey, rootKey)
+	if err != nil {
+		return fmt.Errorf("gatewayemu: intermediate cert: %w", err)
+	}
+	inter, err := x509.ParseCertificate(interDER)
+	if err != nil {
+		return fmt.Errorf("gatewayemu: intermediate parse: %w", err)
+	}
 	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2),
-		Subject:      pkix.Name{CommonName: "gateway emulator"},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(certLifetime),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames:     []string{"localhost"},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+		SerialNumber:       big.NewInt(3),
+		Subject:            pkix.Name{CommonName: "gateway emulator"},
+		NotBefore:          now.Add(-time.Hour),
+		NotAfter:           now.Add(certLifetime),
+		KeyUsage:           x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:        []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames:           []string{"localhost"},
+		IPAddresses:        []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+		SignatureAlgorithm: x509.ECDSAWithSHA256,
 	}
 	for _, hp := range []string{e.opts.PublicHost, e.opts.ResumeHost} {
 		if hp == "" {
@@ -68,22 +95,23 @@ func (e *Emulator) setupTLS() error {
 			tmpl.DNSNames = append(tmpl.DNSNames, h)
 		}
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, inter, &key.PublicKey, interKey)
 	if err != nil {
 		return fmt.Errorf("gatewayemu: server cert: %w", err)
 	}
-	e.caPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
+	e.caPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: rootDER})
 	e.caPool = x509.NewCertPool()
-	e.caPool.AddCert(caCert)
+	e.caPool.AddCert(root)
 	e.tlsConf = &tls.Config{
-		Certificates: []tls.Certificate{{Certificate: [][]byte{der, caDER}, PrivateKey: key}},
+		Certificates: []tls.Certificate{{Certificate: [][]byte{der, interDER}, PrivateKey: key}},
 		MinVersion:   tls.VersionTLS12,
 		NextProtos:   []string{"http/1.1"},
 	}
 	return nil
 }
 
-// CAPEM returns the PEM of the generated CA, or nil when TLS is off.
+// CAPEM returns the PEM of the generated root (the trust anchor), or nil
+// when TLS is off.
 func (e *Emulator) CAPEM() []byte { return append([]byte(nil), e.caPEM...) }
 
 // ClientTLSConfig returns a client TLS config that trusts the generated CA,

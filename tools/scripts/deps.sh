@@ -26,6 +26,15 @@ for g in "$@"; do
     fi
   done
 done
+# Commands that may come from outside Debian's packages (Node.js from NodeSource bundles npm, and
+# Debian's npm package would conflict with it): installed from Debian only when absent.
+# npm: examples/jsworker's test installs the JavaScript NATS client with it.
+declare -A want_cmd=([test]="npm")
+for g in "$@"; do
+  for c in ${want_cmd[$g]:-}; do
+    command -v "$c" >/dev/null || missing+=("$c")
+  done
+done
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 echo "deps: installing ${missing[*]}" >&2

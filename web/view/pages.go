@@ -89,6 +89,9 @@ type Fleet struct {
 	// the 24-hour charts; nil in live updates, which leave them as loaded.
 	Latency *Percentiles
 	History *History
+	// Delivery is the event delivery panel; nil without event delivery,
+	// and in live updates.
+	Delivery *Delivery
 }
 
 // NodeRow is one node in the nodes table and the head of its page.

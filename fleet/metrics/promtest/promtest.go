@@ -160,3 +160,66 @@ func (s *Server) WaitFor(t testing.TB, wait time.Duration, want map[string]strin
 		time.Sleep(ScrapeInterval / 4) // the poll period, not a wait for an outcome
 	}
 }
+
+// CheckDashboard runs the queries of a Grafana dashboard file (its $job
+// variable set to job) that keep says to check against the server: each
+// must parse and evaluate, and each returns data except those filtering
+// on "> 0". It fails the test when keep leaves no query to check.
+func CheckDashboard(t testing.TB, s *Server, file, job string, keep func(expr string) bool) {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		UID    string `json:"uid"`
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &dash); err != nil || dash.UID == "" || len(dash.Panels) == 0 {
+		t.Fatalf("%s: %v (uid %q, %d panels)", file, err, dash.UID, len(dash.Panels))
+	}
+	vars := strings.NewReplacer("$job", job, "$__rate_interval", "1m")
+	checked := 0
+	for _, p := range dash.Panels {
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		for _, tg := range p.Targets {
+			if !keep(tg.Expr) {
+				continue
+			}
+			checked++
+			q := vars.Replace(tg.Expr)
+			vals, err := s.QueryAll(q)
+			if err != nil {
+				t.Errorf("panel %q: %v", p.Title, err)
+				continue
+			}
+			if len(vals) == 0 && !strings.Contains(q, "> 0") {
+				t.Errorf("panel %q: %s returns no data", p.Title, q)
+			}
+		}
+	}
+	if checked == 0 {
+		t.Errorf("%s: no query checked", file)
+	}
+}
+
+// Reads returns a CheckDashboard filter keeping the queries that read a
+// metric whose name starts with one of prefixes (e.g. "dpxe_netboot_",
+// which exist only when dpxe serve runs its netboot services).
+func Reads(prefixes ...string) func(expr string) bool {
+	return func(expr string) bool {
+		for _, p := range prefixes {
+			if strings.Contains(expr, p) {
+				return true
+			}
+		}
+		return false
+	}
+}

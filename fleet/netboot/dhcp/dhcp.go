@@ -131,8 +131,16 @@ type Config struct {
 	// be fast: it is asked once per request.
 	Approved            func(ctx context.Context, mac net.HardwareAddr) bool
 	UnapprovedLeaseTime time.Duration // 0 means DefaultUnapprovedLeaseTime
-	MaxUnapproved       int           // 0 means half the pool's addresses (at least 1)
-	Boot                Boot
+	// SharedLeases allocates every address in the lease store's database,
+	// which must implement inventory.LeaseAllocator: each offer and each
+	// binding is one transaction timed by the database's clock, and the
+	// database keeps an address from going to two MACs, so several
+	// servers (controller replicas) may serve one pool from one database
+	// and a client may renew at any of them. The server then keeps no
+	// lease in memory.
+	SharedLeases  bool
+	MaxUnapproved int // 0 means half the pool's addresses (at least 1)
+	Boot          Boot
 	// Refusals counts clients refused for the unapproved cap
 	// (security.DHCPUnapproved) and logs them, rate-limited; nil makes
 	// one over the handler's logger.
@@ -231,6 +239,13 @@ func New(ctx context.Context, cfg Config, store inventory.LeaseStore, obs Observ
 		}
 		h.cfg.MaxUnapproved = cfg.MaxUnapproved
 		h.leases = newLeaseTable(cfg.Pool, cfg.ServerIP, res, store, cfg.MaxUnapproved)
+		if cfg.SharedLeases {
+			alloc, ok := store.(inventory.LeaseAllocator)
+			if !ok {
+				return nil, errors.New("dhcp: shared leases need a lease store that allocates addresses (inventory.LeaseAllocator)")
+			}
+			h.leases.shared = alloc
+		}
 		if err := h.leases.load(ctx); err != nil {
 			return nil, fmt.Errorf("dhcp: loading leases: %w", err)
 		}
@@ -502,7 +517,12 @@ func (h *Handler) replyAuthoritative(ctx context.Context, m *dhcpv4.DHCPv4, c cl
 	switch m.MessageType() {
 	case dhcpv4.MessageTypeDiscover:
 		approved := h.approved(ctx, c)
-		ip, err := h.leases.offer(c.key, addr4(m.RequestedIPAddress()), now, approved)
+		ip, err := h.leases.offer(ctx, c.key, c.mac, addr4(m.RequestedIPAddress()), now, approved)
+		if err != nil && !errors.Is(err, ErrPoolExhausted) && !errors.Is(err, ErrUnapprovedCap) {
+			// Shared leases: the database did not answer. No offer.
+			h.log.Error("dhcp: allocating an address failed", "mac", c.mac.String(), "err", err)
+			return nil, true
+		}
 		if err != nil {
 			h.refused(c, err)
 			return nil, true
@@ -515,7 +535,10 @@ func (h *Handler) replyAuthoritative(ctx context.Context, m *dhcpv4.DHCPv4, c cl
 
 	case dhcpv4.MessageTypeRequest:
 		if sid := addr4(m.ServerIdentifier()); sid.IsValid() && sid != h.cfg.ServerIP {
-			h.leases.forgetOffer(c.key) // the client took another server's offer
+			// The client took another server's offer.
+			if err := h.leases.forgetOffer(ctx, c.key, c.mac); err != nil {
+				h.log.Warn("dhcp: forgetting an offer failed", "mac", c.mac.String(), "err", err)
+			}
 			return nil, false
 		}
 		ip := addr4(m.RequestedIPAddress())
@@ -559,7 +582,7 @@ func (h *Handler) replyAuthoritative(ctx context.Context, m *dhcpv4.DHCPv4, c cl
 	case dhcpv4.MessageTypeDecline:
 		if ip := addr4(m.RequestedIPAddress()); ip.IsValid() {
 			h.log.Warn("dhcp: client declined address (in use by another host?)", "mac", c.mac.String(), "ip", ip)
-			if err := h.leases.decline(ctx, c.key, ip, now); err != nil {
+			if err := h.leases.decline(ctx, c.key, c.mac, ip, now); err != nil {
 				h.log.Error("dhcp: storing decline failed", "ip", ip, "err", err)
 			}
 		}
@@ -567,7 +590,7 @@ func (h *Handler) replyAuthoritative(ctx context.Context, m *dhcpv4.DHCPv4, c cl
 
 	case dhcpv4.MessageTypeRelease:
 		if ip := addr4(m.ClientIPAddr); ip.IsValid() {
-			if err := h.leases.release(ctx, c.key, ip); err != nil {
+			if err := h.leases.release(ctx, c.key, c.mac, ip); err != nil {
 				h.log.Error("dhcp: storing release failed", "ip", ip, "err", err)
 			}
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/discord-pxe/dpxe/fleet/netboot/inventory"
 	"github.com/discord-pxe/dpxe/fleet/store"
+	"github.com/discord-pxe/dpxe/fleet/store/pgtest"
 )
 
 var serverIP = netip.MustParseAddr("10.9.0.1")
@@ -251,11 +252,19 @@ func TestConcurrentClientsNeverShare(t *testing.T) {
 	}
 }
 
+// TestReservationsNakDeclineRelease runs on the table in memory and, with
+// SharedLeases, on the allocator of a database (SQLite and PostgreSQL).
 func TestReservationsNakDeclineRelease(t *testing.T) {
+	t.Run("memory", func(t *testing.T) { testReservationsNakDeclineRelease(t, false, nil) })
+	pgtest.Each(t, func(t *testing.T, dsn string) { testReservationsNakDeclineRelease(t, true, openStore(t, dsn)) })
+}
+
+func testReservationsNakDeclineRelease(t *testing.T, shared bool, st inventory.LeaseStore) {
 	ctx := context.Background()
 	cfg := authConfig("10.9.0.10-10.9.0.12/24")
 	cfg.Reservations = map[string]netip.Addr{"52-54-00-00-00-07": netip.MustParseAddr("10.9.0.11")}
-	h, _ := newHandler(t, cfg, nil)
+	cfg.SharedLeases = shared
+	h, _ := newHandler(t, cfg, st)
 
 	// Nobody else gets the reserved address, even when asking for it.
 	for i := byte(1); i <= 2; i++ {

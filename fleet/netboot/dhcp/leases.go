@@ -2,7 +2,6 @@ package dhcp
 
 import (
 	"context"
-	"errors"
 	"net"
 	"net/netip"
 	"sync"
@@ -38,16 +37,21 @@ type leaseEntry struct {
 // Errors of the lease table.
 var (
 	// ErrPoolExhausted: no address of the pool is free.
-	ErrPoolExhausted = errors.New("dhcp: pool exhausted")
+	ErrPoolExhausted = inventory.ErrPoolExhausted
 	// ErrUnapprovedCap: the MAC is not approved and unapproved MACs
 	// already hold Config.MaxUnapproved addresses.
-	ErrUnapprovedCap = errors.New("dhcp: unapproved MACs hold their share of the pool")
+	ErrUnapprovedCap = inventory.ErrUnapprovedCap
 )
 
 // leaseTable is the authoritative server's address book. Every method takes
 // the lock, so an address can never be given to two clients: a decision and
 // its bookkeeping happen under one lock.
+//
+// With shared set (Config.SharedLeases) the table keeps no lease in
+// memory: every decision is a transaction of the shared database
+// (inventory.LeaseAllocator), which several servers may use at once.
 type leaseTable struct {
+	shared     inventory.LeaseAllocator
 	mu         sync.Mutex
 	pool       Pool
 	server     netip.Addr
@@ -78,9 +82,10 @@ func newLeaseTable(pool Pool, server netip.Addr, reservations map[string]netip.A
 	return t
 }
 
-// load fills the table from the store.
+// load fills the table from the store (not with shared leases: the
+// database holds them).
 func (t *leaseTable) load(ctx context.Context) error {
-	if t.store == nil {
+	if t.store == nil || t.shared != nil {
 		return nil
 	}
 	ls, err := t.store.Leases(ctx)
@@ -147,7 +152,10 @@ func (t *leaseTable) capFullLocked(now time.Time) bool {
 // offer picks an address for mac and sets it aside for OfferHold. It
 // returns ErrPoolExhausted, or ErrUnapprovedCap for an unapproved MAC
 // beyond the cap.
-func (t *leaseTable) offer(mac string, requested netip.Addr, now time.Time, approved bool) (netip.Addr, error) {
+func (t *leaseTable) offer(ctx context.Context, mac string, hw net.HardwareAddr, requested netip.Addr, now time.Time, approved bool) (netip.Addr, error) {
+	if t.shared != nil {
+		return t.shared.Offer(ctx, t.allocation(hw, requested, OfferHold, approved))
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if _, reserved := t.reserved[mac]; !approved && !reserved && !t.holdsLocked(mac, now) && t.capFullLocked(now) {
@@ -206,6 +214,9 @@ func (t *leaseTable) setEntry(ip netip.Addr, e *leaseEntry) {
 // when ip may not go to mac (the server answers DHCPNAK), and
 // ErrUnapprovedCap for an unapproved MAC holding nothing beyond the cap.
 func (t *leaseTable) bind(ctx context.Context, mac string, hw net.HardwareAddr, ip netip.Addr, d time.Duration, now time.Time, approved bool) (bool, error) {
+	if t.shared != nil {
+		return t.shared.Bind(ctx, t.allocation(hw, netip.Addr{}, d, approved), ip)
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if !t.usableBy(ip, mac, now) {
@@ -235,7 +246,10 @@ func (t *leaseTable) bind(ctx context.Context, mac string, hw net.HardwareAddr, 
 }
 
 // decline takes ip out of service for DeclineHold if mac held it.
-func (t *leaseTable) decline(ctx context.Context, mac string, ip netip.Addr, now time.Time) error {
+func (t *leaseTable) decline(ctx context.Context, mac string, hw net.HardwareAddr, ip netip.Addr, now time.Time) error {
+	if t.shared != nil {
+		return t.shared.Decline(ctx, hw, ip, DeclineHold)
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	e := t.byIP[ip]
@@ -251,7 +265,10 @@ func (t *leaseTable) decline(ctx context.Context, mac string, ip netip.Addr, now
 }
 
 // release frees ip if mac held it.
-func (t *leaseTable) release(ctx context.Context, mac string, ip netip.Addr) error {
+func (t *leaseTable) release(ctx context.Context, mac string, hw net.HardwareAddr, ip netip.Addr) error {
+	if t.shared != nil {
+		return t.shared.Release(ctx, hw, ip)
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	e := t.byIP[ip]
@@ -267,7 +284,10 @@ func (t *leaseTable) release(ctx context.Context, mac string, ip netip.Addr) err
 }
 
 // forgetOffer drops an outstanding offer to mac (it chose another server).
-func (t *leaseTable) forgetOffer(mac string) {
+func (t *leaseTable) forgetOffer(ctx context.Context, mac string, hw net.HardwareAddr) error {
+	if t.shared != nil {
+		return t.shared.ForgetOffer(ctx, hw, t.server)
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if ip, ok := t.byMAC[mac]; ok {
@@ -275,5 +295,15 @@ func (t *leaseTable) forgetOffer(mac string) {
 			delete(t.byIP, ip)
 			delete(t.byMAC, mac)
 		}
+	}
+	return nil
+}
+
+// allocation describes a request to the shared allocator.
+func (t *leaseTable) allocation(hw net.HardwareAddr, requested netip.Addr, d time.Duration, approved bool) inventory.Allocation {
+	return inventory.Allocation{
+		MAC: hw, Requested: requested,
+		Start: t.pool.Start, End: t.pool.End, Prefix: t.pool.Prefix, Server: t.server,
+		Reserved: t.reservedBy, Approved: approved, MaxUnapproved: t.maxUnapproved, For: d,
 	}
 }

@@ -69,9 +69,12 @@ type Config struct {
 	BaseURL string
 	// Controller is the controller API URL put on the kernel command line.
 	Controller string
-	Kernel     string        // default DefaultKernel
-	Retry      time.Duration // default DefaultRetry
-	Roots      *bootfiles.Roots
+	// ControllerPin is put on the kernel command line as controller_pin=
+	// ("" for none): the controller's TLS key, which nodes pin.
+	ControllerPin string
+	Kernel        string        // default DefaultKernel
+	Retry         time.Duration // default DefaultRetry
+	Roots         *bootfiles.Roots
 	// EnrollOff says, on the console of an approved machine, why this
 	// server does not enroll it over the network (see ErrEnrollOff).
 	EnrollOff string
@@ -418,7 +421,7 @@ func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request, macText st
 			http.Error(w, "enrollment failed; retry", http.StatusServiceUnavailable)
 			return
 		}
-		bc := appliance.BootConfig{NodeID: node.ID, Controller: h.cfg.Controller, Credential: cred}
+		bc := appliance.BootConfig{NodeID: node.ID, Controller: h.cfg.Controller, Credential: cred, ControllerPin: h.cfg.ControllerPin}
 		d.Cmdline = bc.String()
 		// The kernel applies exactly ParseBootConfig: never send a line it
 		// would reject (it would halt with a config error).

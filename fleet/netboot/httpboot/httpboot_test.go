@@ -84,6 +84,12 @@ func (r *rec) stages() []string {
 
 func setup(t *testing.T) (*httptest.Server, *store.NetbootInventory, *rec, []byte) {
 	t.Helper()
+	return setupConfig(t, nil)
+}
+
+// setupConfig is setup with the handler's Config changed by edit.
+func setupConfig(t *testing.T, edit func(*Config)) (*httptest.Server, *store.NetbootInventory, *rec, []byte) {
+	t.Helper()
 	dir := t.TempDir()
 	st, err := store.Open(context.Background(), filepath.Join(dir, "inv.db"))
 	if err != nil {
@@ -108,7 +114,11 @@ func setup(t *testing.T) (*httptest.Server, *store.NetbootInventory, *rec, []byt
 	srv := httptest.NewUnstartedServer(mux)
 	srv.Start()
 	t.Cleanup(srv.Close)
-	h, err := New(Config{BaseURL: srv.URL, Controller: "http://10.0.0.1:8080", Roots: roots, Retry: 5 * time.Second}, inv, r, nil)
+	cfg := Config{BaseURL: srv.URL, Controller: "http://10.0.0.1:8080", Roots: roots, Retry: 5 * time.Second}
+	if edit != nil {
+		edit(&cfg)
+	}
+	h, err := New(cfg, inv, r, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,6 +135,31 @@ func get(t *testing.T, u string) (*http.Response, string) {
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	return resp, string(b)
+}
+
+// TestScriptCarriesPin: with an https:// controller and its pin, the
+// approved machine's kernel line carries controller_pin=, and the kernel's
+// parser (appliance) reads it back.
+func TestScriptCarriesPin(t *testing.T) {
+	pin := strings.Repeat("5a", 32)
+	srv, inv, r, _ := setupConfig(t, func(c *Config) { c.Controller, c.ControllerPin = "https://10.0.0.1:8443", pin })
+	mac, _ := inventory.ParseMAC("52:54:00:12:34:57")
+	const cred = "c0ffee-c0ffee-c0ffee"
+	if err := inv.Approve(context.Background(), mac, "edge-02", cred, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	r.owners[netip.MustParseAddr("127.0.0.1")] = mac
+	r.ticket(mac)
+	resp, body := get(t, srv.URL+"/boot/52-54-00-12-34-57.ipxe")
+	if resp.StatusCode != 200 {
+		t.Fatalf("boot script: %d\n%s", resp.StatusCode, body)
+	}
+	line := strings.SplitAfter(body, "\nkernel ")[1]
+	line = line[:strings.IndexByte(line, '\n')]
+	bc, err := appliance.ParseBootConfig([]byte(line))
+	if err != nil || bc.ControllerPin != pin || bc.Controller != "https://10.0.0.1:8443" {
+		t.Fatalf("kernel line %q reads as %+v, %v", line, bc, err)
+	}
 }
 
 func TestDiscoveredThenApproved(t *testing.T) {

@@ -180,3 +180,64 @@ type NodeRecord struct {
 	IP                  string
 	FirstSeen, LastSeen time.Time
 }
+
+// Errors of address allocation (the DHCP server's lease table and
+// LeaseAllocator).
+var (
+	// ErrPoolExhausted: no address of the pool is free.
+	ErrPoolExhausted = errors.New("dhcp: pool exhausted")
+	// ErrUnapprovedCap: the MAC is not approved and unapproved MACs
+	// already hold their share of the pool (Allocation.MaxUnapproved).
+	ErrUnapprovedCap = errors.New("dhcp: unapproved MACs hold their share of the pool")
+)
+
+// Allocation describes one request for an address of a pool that several
+// DHCP servers share through one database (LeaseAllocator).
+type Allocation struct {
+	MAC net.HardwareAddr
+	// Requested is the address the client asked for (option 50), if any;
+	// an offer gives it when it is free.
+	Requested netip.Addr
+	// Start and End bound the pool (inclusive), Prefix is its subnet and
+	// Server this server's own address, never handed out.
+	Start, End netip.Addr
+	Prefix     netip.Prefix
+	Server     netip.Addr
+	// Reserved maps every reserved address to its MAC (MACKey form); a
+	// reserved address goes to its MAC only, and a MAC with a
+	// reservation gets it. Read only.
+	Reserved map[netip.Addr]string
+	// Approved says the inventory approves MAC. Unapproved MACs hold at
+	// most MaxUnapproved live addresses (offered or bound) between them.
+	Approved      bool
+	MaxUnapproved int
+	// For is how long an offer holds its address, or a binding lasts,
+	// from the database's clock at the decision.
+	For time.Duration
+}
+
+// LeaseAllocator allocates addresses in a store shared by several DHCP
+// servers: each decision, with its bookkeeping, is one transaction of the
+// shared database, timed by the database's clock, and the database's
+// constraints keep an address from going to two MACs whichever server
+// decides. store.NetbootInventory implements it on SQLite and PostgreSQL.
+type LeaseAllocator interface {
+	// Offer sets an address aside for a.MAC for a.For and returns it: the
+	// MAC's reservation, its current address, the requested one, an
+	// address never used, or an expired one, in that order. An address
+	// bound to a.MAC stays bound. It returns ErrPoolExhausted or
+	// ErrUnapprovedCap.
+	Offer(ctx context.Context, a Allocation) (netip.Addr, error)
+	// Bind makes ip a.MAC's lease for a.For, dropping any other address
+	// the MAC held. It reports false when ip may not go to a.MAC (held by
+	// another MAC and unexpired, declined, outside the pool, reserved for
+	// another), and returns ErrUnapprovedCap like Offer.
+	Bind(ctx context.Context, a Allocation, ip netip.Addr) (bool, error)
+	// Decline takes ip out of service for hold if mac held it.
+	Decline(ctx context.Context, mac net.HardwareAddr, ip netip.Addr, hold time.Duration) error
+	// Release frees ip if mac held it.
+	Release(ctx context.Context, mac net.HardwareAddr, ip netip.Addr) error
+	// ForgetOffer drops mac's outstanding offer (not a binding) if server
+	// made it: the client took another server's offer.
+	ForgetOffer(ctx context.Context, mac net.HardwareAddr, server netip.Addr) error
+}

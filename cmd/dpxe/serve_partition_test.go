@@ -1,0 +1,290 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/discord-pxe/dpxe/appliance"
+	"github.com/discord-pxe/dpxe/fleet/store/pgtest"
+	"github.com/discord-pxe/dpxe/internal/freeport"
+	"github.com/discord-pxe/dpxe/tools/netns"
+)
+
+// ipCmd runs `ip args...`.
+func ipCmd(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+}
+
+// tcpRelay accepts on ln and copies each connection to and from target
+// until either side ends. It stands for the route between the database
+// and the namespace: PostgreSQL itself listens on loopback only.
+func tcpRelay(t *testing.T, ln net.Listener, target string) {
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	go func() {
+		for {
+			a, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			b, err := net.Dial("tcp", target)
+			if err != nil {
+				a.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, a, b)
+			mu.Unlock()
+			go func() {
+				defer a.Close()
+				defer b.Close()
+				done := make(chan struct{}, 2)
+				go func() { io.Copy(a, b); done <- struct{}{} }()
+				go func() { io.Copy(b, a); done <- struct{}{} }()
+				<-done
+			}()
+		}
+	}()
+}
+
+// healthRole is replica i's role and term on /healthz, if it answers.
+func (c *haCluster) healthRole(i int) (string, uint64, bool) {
+	h, ok := c.health(i)
+	return h.Role, h.Term, ok
+}
+
+// TestReplicaPartitionedFromDatabase runs three `dpxe serve` replicas on
+// one PostgreSQL database with four simulated nodes. Replica r0 runs in a
+// network namespace and reaches the database over one veth pair and the
+// other replicas and the nodes over another. While r0 leads, the test
+// sets the database veth down (a partition: packets vanish, connections
+// stay half-open). It asserts that r0 stops saying it leads within its
+// leader lease and logs that it lost the lease, that another replica
+// leads with a higher term, that the nodes see no double owner, no
+// Identify grants closer than the window, no budget overrun, no 5xx but
+// 503 and every shard owned again (the same checker as
+// TestReplicasSurviveFaults); then it sets the veth up again and asserts
+// that r0 rejoins as a follower of the new term while the new leader
+// keeps leading, and checks the nodes' history again. About 40 s.
+//
+// DPXE_HA_MUTATION=partition-keeps-lead gives the replicas a leader lease
+// of two minutes: the partitioned leader then keeps saying it leads past
+// the bound (the short lease plus a second), and the test fails.
+func TestReplicaPartitionedFromDatabase(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL, a network namespace and three dpxe processes")
+	}
+	if err := netns.Available(); err != nil {
+		t.Skipf("skipping: %v", err)
+	}
+	ctx := context.Background()
+	srv, err := pgtest.Start(ctx)
+	if err != nil {
+		if errors.Is(err, pgtest.ErrNotInstalled) {
+			t.Skipf("skipping: %v", err)
+		}
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Stop() })
+	dsn, err := srv.NewDatabase(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := netns.New(ctx, netip.MustParsePrefix("10.77.0.1/24"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Close() })
+
+	// Two veth pairs between the host and the namespace, with addresses
+	// unlikely to meet another test's: db for PostgreSQL, web for HTTP.
+	x := os.Getpid() % 250
+	tag := strconv.Itoa(os.Getpid() % 100000)
+	dbHost, dbNS, webHost, webNS := "pdb"+tag+"h", "pdb"+tag+"n", "pwb"+tag+"h", "pwb"+tag+"n"
+	hostDB, nsDB := fmt.Sprintf("10.231.%d.1", x), fmt.Sprintf("10.231.%d.2", x)
+	hostWeb, nsWeb := fmt.Sprintf("10.231.%d.5", x), fmt.Sprintf("10.231.%d.6", x)
+	for _, v := range [][4]string{{dbHost, dbNS, hostDB, nsDB}, {webHost, webNS, hostWeb, nsWeb}} {
+		ipCmd(t, "link", "add", v[0], "type", "veth", "peer", "name", v[1], "netns", ns.Name)
+		t.Cleanup(func() { exec.Command("ip", "link", "del", v[0]).Run() })
+		ipCmd(t, "addr", "add", v[2]+"/30", "dev", v[0])
+		ipCmd(t, "link", "set", v[0], "up")
+		ipCmd(t, "-n", ns.Name, "addr", "add", v[3]+"/30", "dev", v[1])
+		ipCmd(t, "-n", ns.Name, "link", "set", v[1], "up")
+	}
+	relayPort, err := freeport.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(hostDB, strconv.Itoa(relayPort)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgAddr := strings.SplitN(strings.TrimPrefix(dsn, "postgres://postgres@"), "/", 2)[0]
+	tcpRelay(t, ln, pgAddr)
+	nsDSN := strings.Replace(dsn, pgAddr, net.JoinHostPort(hostDB, strconv.Itoa(relayPort)), 1)
+
+	dir := t.TempDir()
+	bin, err := buildDpxe(dir)
+	if err != nil {
+		t.Fatalf("build: %v", err)
+	}
+	wrapper := filepath.Join(dir, "dpxe-in-ns")
+	if err := os.WriteFile(wrapper, []byte("#!/bin/sh\nexec ip netns exec "+ns.Name+" "+bin+" \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := &haCluster{t: t, bin: bin, dir: dir, dsn: dsn, tokenFile: filepath.Join(dir, "admin.token"), tail: 40}
+	c.bins[0], c.dsns[0] = wrapper, nsDSN
+	ports := freeport.Ports(t, 3)
+	c.addr[0] = net.JoinHostPort(nsWeb, strconv.Itoa(ports[0]))
+	c.addr[1] = net.JoinHostPort(hostWeb, strconv.Itoa(ports[1]))
+	c.addr[2] = net.JoinHostPort(hostWeb, strconv.Itoa(ports[2]))
+	if os.Getenv("DPXE_HA_MUTATION") == "partition-keeps-lead" {
+		c.leaderLease = 2 * time.Minute
+	}
+	t.Cleanup(func() {
+		for i := range c.procs {
+			if c.procs[i] != nil {
+				c.signal(i, syscall.SIGCONT)
+			}
+		}
+	})
+	// r0 first, so that it leads when the partition comes.
+	c.start(0)
+	if lead, term := c.leader(10 * haLeaderLease); lead != 0 {
+		t.Fatalf("r%d leads (term %d), want r0", lead, term)
+	}
+	c.start(1)
+	c.start(2)
+	lead, term := c.leader(10 * haLeaderLease)
+	t.Logf("replica r%d leads, term %d", lead, term)
+
+	hist := newHAHistory()
+	nodes := make([]*haNode, haNodes)
+	for i := range nodes {
+		id := fmt.Sprintf("part-node.%d", i)
+		out, err := exec.Command(bin, "nodes", "--server", c.urls()[lead], "--token-file", c.tokenFile, "add", id).CombinedOutput()
+		if err != nil {
+			t.Fatalf("dpxe nodes add: %v\n%s", err, out)
+		}
+		cred := strings.TrimSpace(strings.Split(string(out), "\n")[1])
+		nodes[i] = &haNode{id: id, cred: cred, urls: c.urls(), cur: i, owned: map[uint32]bool{}, identified: map[uint32]bool{},
+			unused: map[uint32]bool{}, hist: hist, client: &http.Client{Timeout: haNodeLease / 4}}
+	}
+	nodeCtx, stopNodes := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		wg.Add(1)
+		go func() { defer wg.Done(); n.run(nodeCtx) }()
+	}
+	defer func() { stopNodes(); wg.Wait() }()
+	bound := 2*haLeaderLease + 3*haNodeLease + 3*time.Second
+	settle := func(what string) uint64 {
+		t.Helper()
+		start := time.Now()
+		_, term := c.leader(bound)
+		for ownedShards(nodes) < haShards || minTerm(nodes) < term {
+			if time.Since(start) > bound {
+				t.Fatalf("after %s: %d of %d shards owned, lowest node term %d of %d, %v later\n%s",
+					what, ownedShards(nodes), haShards, minTerm(nodes), term, bound, c.logTail())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Logf("after %s: term %d, every node on it and every shard owned in %v", what, term, time.Since(start).Round(time.Millisecond))
+		if v := hist.check(time.Now(), haWindow-appliance.GrantUseWithin(haWindow), haBudget); len(v) > 0 {
+			t.Fatalf("after %s: %d violations:\n%s\n%s", what, len(v), strings.Join(v, "\n"), c.logTail())
+		}
+		return term
+	}
+	term = settle("start")
+	if lead, _ := c.leader(bound); lead != 0 {
+		t.Fatalf("r%d leads before the partition, want r0", lead)
+	}
+
+	// The partition: r0 (leading) loses its database; the nodes and the
+	// other replicas still reach it.
+	t.Logf("partition: %s down, r0 leads term %d", dbHost, term)
+	cut := time.Now()
+	ipCmd(t, "link", "set", dbHost, "down")
+	for {
+		role, _, ok := c.healthRole(0)
+		if ok && role != "leader" {
+			t.Logf("r0 says %s %v after the cut", role, time.Since(cut).Round(time.Millisecond))
+			break
+		}
+		if time.Since(cut) > haLeaderLease+time.Second {
+			t.Fatalf("r0 still leads %v after losing its database (leader lease %v)\n%s", time.Since(cut).Round(time.Millisecond), haLeaderLease, c.logTail())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	newLead, newTerm := c.leader(bound)
+	if newLead == 0 || newTerm <= term {
+		t.Fatalf("after the partition r%d leads term %d (was r0, term %d)", newLead, newTerm, term)
+	}
+	t.Logf("r%d leads term %d %v after the cut", newLead, newTerm, time.Since(cut).Round(time.Millisecond))
+	settle("the partition")
+	// Its log says so once a campaign fails past its trust deadline.
+	c.mu.Lock()
+	p0 := c.procs[0]
+	c.mu.Unlock()
+	for end := time.Now().Add(3 * haLeaderLease); !strings.Contains(p0.logs(), "role=follower"); {
+		if time.Now().After(end) {
+			t.Fatalf("r0's log does not say it stopped leading:\n%s", c.logTail())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(haNodeLease) // the fleet runs on the other side of the partition
+
+	// Heal: r0 reaches the database again and follows the new leader.
+	ipCmd(t, "link", "set", dbHost, "up")
+	healed := time.Now()
+	for {
+		role, tm, ok := c.healthRole(0)
+		if ok && role == "follower" && tm >= newTerm {
+			t.Logf("r0 follows term %d %v after the heal", tm, time.Since(healed).Round(time.Millisecond))
+			break
+		}
+		if time.Since(healed) > bound {
+			t.Fatalf("r0 did not rejoin as a follower within %v (role %q term %d)\n%s", bound, role, tm, c.logTail())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if lead, tm := c.leader(bound); lead != newLead || tm != newTerm {
+		t.Fatalf("after the heal r%d leads term %d; want r%d term %d", lead, tm, newLead, newTerm)
+	}
+	settle("the heal")
+	time.Sleep(haNodeLease)
+	stopNodes()
+	wg.Wait()
+	if v := hist.check(time.Now(), haWindow-appliance.GrantUseWithin(haWindow), haBudget); len(v) > 0 {
+		t.Fatalf("%d violations:\n%s\n%s", len(v), strings.Join(v, "\n"), c.logTail())
+	}
+	hist.mu.Lock()
+	t.Logf("answers by status %v, no answer %d, stale answers ignored %d, grants %d, ownership spans %d, 503s %v",
+		hist.status, hist.noReply, hist.stale, len(hist.grants), len(hist.spans), hist.why503)
+	hist.mu.Unlock()
+}
