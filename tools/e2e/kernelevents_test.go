@@ -451,3 +451,26 @@ func deliveryRate(b *testing.B, subnet string, on bool) float64 {
 	}
 	return rate
 }
+
+// TestKernelEventsLoopbackBrokerSkipped: `dpxe serve --nats-auth` with
+// its broker on loopback (the lab's setting) hands nodes
+// nats://127.0.0.1:PORT, which a node cannot reach: the kernel skips such
+// a URL, gets no broker access and runs its shards as without delivery
+// (no "nats:" line, both shards READY, heartbeats acknowledged).
+func TestKernelEventsLoopbackBrokerSkipped(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	l := newGWLab(t, ctx, "10.129.0", gatewayemu.Options{HeartbeatInterval: time.Second, Shards: 2, MaxConcurrency: 2,
+		MessagesPerSecond: 20}, "--total-shards", "2", "--lease", "15s", "--nats-auth", "--nats-listen", "127.0.0.1:0")
+	node := l.boot("ev-loop", "virtio-net-pci", 2)
+	l.allSessionsAt(100, 90*time.Second)
+	if !strings.Contains(l.logs.String(), "nats=nats://127.0.0.1:") {
+		t.Fatalf("serve's broker is not on loopback:\n%s", grepLines(l.logs.String(), "msg=events"))
+	}
+	if con := node.serial.String(); strings.Contains(con, "nats: ") {
+		t.Errorf("the node took a loopback broker URL:\n%s", grepLines(con, "nats: "))
+	}
+	if node.serial.waitFor(regexp.MustCompile(`ready=2`), 30*time.Second) == nil {
+		t.Error("the node's shards are not both READY")
+	}
+}
