@@ -91,6 +91,19 @@ type ShardStatus struct {
 	// (an ACK still missing when the next heartbeat is due) ends its
 	// connection.
 	AckSlow bool `json:"ack_slow,omitempty"`
+	// Events* are the shard's slot's event delivery (issue 19,
+	// docs/events.md "The kernel's publisher"), present while the node
+	// publishes to NATS: HPUBs written (resends after a reconnect
+	// included), Discord's sequence of the last dispatch of the contiguous
+	// run of acknowledged ones (JetStream's PubAck is the commit),
+	// dispatches waiting for their PubAck, and dispatches not published
+	// (over the broker's max_payload, no room in the node's pool). The
+	// counters are the slot's: they go on when the slot takes another
+	// shard. The kernel saturates each at 2^32 - 1.
+	EventsPublished uint32 `json:"events_published,omitempty"`
+	EventsAckedSeq  uint32 `json:"events_acked_seq,omitempty"`
+	EventsInFlight  uint32 `json:"events_in_flight,omitempty"`
+	EventsLost      uint32 `json:"events_lost,omitempty"`
 }
 
 // CheckinRequest is the body of POST /v1/checkin (seed 004 plus DESIGN §5).

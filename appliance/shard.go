@@ -1,6 +1,7 @@
 package appliance
 
 import (
+	"encoding/binary"
 	"fmt"
 	"reflect"
 	"strconv"
@@ -213,7 +214,7 @@ func (r *ShardRuntime) ExpireLease() {
 const SelfTestCases = 4096
 
 // SelfTestFormulas names the digests in the order the kernel prints them.
-var SelfTestFormulas = []string{"bucket", "heartbeat", "ack", "ready", "backoff", "resume", "lease", "route", "grant", "capacity", "ping", "budget", "tsccal", "ctlswitch"}
+var SelfTestFormulas = []string{"bucket", "heartbeat", "ack", "ready", "backoff", "resume", "lease", "route", "grant", "capacity", "ping", "budget", "tsccal", "ctlswitch", "rfc3339"}
 
 // splitmix64 is the PRNG both sides implement (Steele, Lea, Flood 2014).
 type splitmix64 struct{ state uint64 }
@@ -437,6 +438,14 @@ func SelfTestDigests(seed uint32) map[string]uint64 {
 			lease = 0
 		}
 		d.add(b2u(ControllerSwitchDue(since, lease)))
+	})
+	run("rfc3339", func(d *digest) {
+		r := rng.next()
+		var buf [32]byte
+		copy(buf[:], RFC3339Micro(int64(r%253402300800), uint32((r>>40)%1000000)))
+		for i := 0; i < 32; i += 8 {
+			d.add(binary.LittleEndian.Uint64(buf[i:]))
+		}
 	})
 	return out
 }

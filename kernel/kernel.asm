@@ -100,6 +100,7 @@ text_start:
 %include "crypto/asym.inc"		; X25519, P-256/P-384, ECDSA, RSA
 %include "tls/tls.inc"			; TLS 1.3 (before gateway/: GWS holds a TLS_CONN)
 %include "gateway/gateway.inc"	; per-shard Gateway sessions
+%include "node/natsnode.inc"		; event delivery: the node's NATS client
 %include "selftest/lib_selftest.inc"
 %include "selftest/inflate_selftest.inc"	; lib/inflate.inc
 %include "selftest/gwscan_selftest.inc"	; lib/gwscan.inc
