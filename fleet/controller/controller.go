@@ -217,6 +217,7 @@ type Controller struct {
 	dirty         bool      // membership, capacity or drain changed since the last rebalance
 	lastRebalance time.Time // when the last rebalance ran
 	graceUntil    time.Time // no rebalance before this (restart safety)
+	gatherUntil   time.Time // no first Identify before this unless gathered (startGather); zero once over
 	nextSweep     time.Time // earliest lease deadline of a live node
 	// Per Identify bucket: when the window last opened (the latest grant's
 	// answer, see Identify) and how many grants are awaiting their answer.
@@ -354,14 +355,15 @@ func load(ctx context.Context, st *store.Store, cfg Config, now func() time.Time
 		c.graceUntil = t.Add(cfg.Lease)
 	}
 	c.nextSweep = t.Add(cfg.Lease)
-	// Identify: every bucket counts as just granted, so no bucket grants
-	// twice within a window across a restart even if clocks disagree.
-	for i := range c.lastGrant {
-		c.lastGrant[i] = t
-	}
 	if err := c.loadStartOrder(ctx); err != nil {
 		return nil, 0, fmt.Errorf("controller: load identify history: %w", err)
 	}
+	// Identify: each bucket's window runs from its last stored grant, on
+	// the database's clock, instead of a blind window from this load.
+	if err := c.loadGrants(ctx); err != nil {
+		return nil, 0, fmt.Errorf("controller: load identify grants: %w", err)
+	}
+	c.gatherUntil = t.Add(min(startGather, cfg.IdentifyWindow))
 	if b, ok, err := st.LoadBudget(ctx); err != nil {
 		return nil, 0, fmt.Errorf("controller: load budget: %w", err)
 	} else if ok {

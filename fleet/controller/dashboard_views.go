@@ -112,8 +112,9 @@ func (c *Controller) IdentifyActivity(ctx context.Context, since time.Time) ([]B
 	for i := range out {
 		out[i].Bucket = uint32(i)
 	}
-	// The stored grants, not the in-memory ones: at start every bucket
-	// counts as just granted, which is a safety measure, not a grant.
+	// The stored grants, not the in-memory ones: after a change of
+	// max_concurrency every bucket counts as granted at the latest grant,
+	// which is a safety measure, not a grant.
 	grants, err := c.st.BucketGrants(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("identify activity: %w", err)

@@ -226,17 +226,28 @@ func (c *Controller) GatewayFetchFailed(err error) {
 	c.mu.Unlock()
 }
 
-// setMaxConcurrencyLocked changes the number of Identify buckets. Every
-// bucket counts as granted now, as after a restart: a bucket number means
-// other shards once the modulus changes, so no bucket may grant before a
-// full window has passed since any grant under the old numbering.
+// setMaxConcurrencyLocked changes the number of Identify buckets. A bucket
+// number means other shards once the modulus changes, so no bucket may
+// grant before a full window has passed since any grant under the old
+// numbering: every bucket counts as granted at the latest grant of any
+// old bucket, or now while one is being answered (its answer, still to
+// come, restarts every window again: grantAnswered). Before any grant (a
+// controller that just started and learns Discord's max_concurrency from
+// GET /gateway/bot) no bucket waits.
 func (c *Controller) setMaxConcurrencyLocked(t time.Time, mc uint32) {
 	old := c.cfg.MaxConcurrency
+	var newest time.Time
+	for i, last := range c.lastGrant {
+		newest = latest(newest, last)
+		if c.answering[i] > 0 {
+			newest = t
+		}
+	}
 	c.cfg.MaxConcurrency = mc
 	c.lastGrant, c.answering = make([]time.Time, mc), make([]int, mc)
 	c.grantEpoch++
 	for i := range c.lastGrant {
-		c.lastGrant[i] = t
+		c.lastGrant[i] = newest
 	}
 	c.eventLocked(t, EventGatewayConcurrency, "", nil, fmt.Sprintf("max_concurrency %d (was %d)", mc, old))
 	c.log.Info("max_concurrency changed", "max_concurrency", mc, "was", old)

@@ -308,6 +308,10 @@ func TestApplyGatewayBot(t *testing.T) {
 	if r.GatewayURL != "" || r.BotToken != "tok" {
 		t.Fatalf("before the first fetch: %+v", r)
 	}
+	// A fresh store: shard 0 may start at once (max_concurrency 1).
+	if g, err := h.c.Identify(ctx, appliance.IdentifyRequest{NodeID: "a", ShardID: 0}); err != nil || !g.Granted {
+		t.Fatalf("first identify: %+v %v", g, err)
+	}
 	if err := h.c.ApplyGatewayBot(ctx, gatewayBot("ws://127.0.0.1:9000", 8, 1000, 990, 2, 3_600_000)); err != nil {
 		t.Fatal(err)
 	}
@@ -319,8 +323,10 @@ func TestApplyGatewayBot(t *testing.T) {
 	if b.Total != 1000 || b.Remaining != 990 || !b.ResetAt.Equal(h.clock.Now().Add(time.Hour)) {
 		t.Fatalf("budget %+v", b)
 	}
-	// A new bucket count: no bucket grants within a window of the change.
-	if g, err := h.c.Identify(ctx, appliance.IdentifyRequest{NodeID: "a", ShardID: 1}); err != nil || g.Granted || g.Bucket != 1 {
+	// A new bucket count: no bucket grants within a window of the last
+	// grant under the old one (shard 0's, in bucket 0 of 1).
+	if g, err := h.c.Identify(ctx, appliance.IdentifyRequest{NodeID: "a", ShardID: 1}); err != nil || g.Granted || g.Bucket != 1 ||
+		g.Reason != appliance.ReasonBucketBusy || g.RetryAfterMS != 5000 {
 		t.Fatalf("identify right after the change: %+v %v", g, err)
 	}
 	h.clock.Advance(5 * time.Second)

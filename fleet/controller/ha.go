@@ -241,11 +241,14 @@ func (c *Controller) Observe(ctx context.Context) error {
 
 // adoptLocked replaces the fleet state by fresh's, keeping the replica,
 // Gateway and callback state. In-flight grants of the old state stop
-// counting (grantEpoch); their buckets wait a window from the load.
+// counting (grantEpoch): an answer still to come closes every bucket for a
+// window (grantAnswered); otherwise the windows are the stored grants'
+// (loadGrants).
 func (c *Controller) adoptLocked(fresh *Controller) {
 	c.nodes, c.live, c.holder = fresh.nodes, fresh.live, fresh.holder
 	c.gen, c.planChangedAt = fresh.gen, fresh.planChangedAt
 	c.dirty, c.lastRebalance, c.graceUntil, c.nextSweep = fresh.dirty, fresh.lastRebalance, fresh.graceUntil, fresh.nextSweep
+	c.gatherUntil = fresh.gatherUntil
 	c.lastGrant, c.answering = fresh.lastGrant, fresh.answering
 	c.grantEpoch++
 	c.order, c.budget = fresh.order, fresh.budget

@@ -74,11 +74,14 @@ func (p *replicaPair) lead(i int, ttl time.Duration) uint64 {
 // by a long one), the deposed leader's grant fails in its commit
 // (store.ErrFenced), so it is not answered, and the replica steps down;
 // the new leader, loaded from the store, keeps the shards with their
-// holder and waits a window before any grant. With fencing disabled (the
-// deliberate mutation) the deposed leader's grant goes through.
+// holder and refuses a grant in the bucket a granted moments before: that
+// grant's window, dated on the database's clock, is not over (the window
+// is long, so a slow takeover on a loaded machine does not end it). With
+// fencing disabled (the deliberate mutation) the deposed leader's grant
+// goes through.
 func TestReplicaFollowerRefusesAndLeaderFenced(t *testing.T) {
 	for _, mutate := range []bool{false, true} {
-		p := newReplicaPair(t, Config{TotalShards: 4, MaxConcurrency: 1, IdentifyWindow: time.Second})
+		p := newReplicaPair(t, Config{TotalShards: 4, MaxConcurrency: 1, IdentifyWindow: 30 * time.Second, Lease: 10 * time.Minute})
 		ctx := context.Background()
 		a, b := p.c[0], p.c[1]
 		cred, err := a.AddNode(ctx, "n1")
@@ -99,7 +102,7 @@ func TestReplicaFollowerRefusesAndLeaderFenced(t *testing.T) {
 		if _, err := b.Checkin(ctx, req, "127.0.0.1"); !errors.Is(err, ErrNotLeader) {
 			t.Fatalf("check-in at the follower: %v", err)
 		}
-		p.clock.Advance(2 * time.Second) // the window every bucket waits after a load
+		p.clock.Advance(2 * time.Second)
 		if g, err := a.Identify(ctx, appliance.IdentifyRequest{NodeID: "n1", ShardID: 0}); err != nil || !g.Granted {
 			t.Fatalf("first grant: %+v %v", g, err)
 		}
@@ -117,7 +120,7 @@ func TestReplicaFollowerRefusesAndLeaderFenced(t *testing.T) {
 		if g, err := b.Identify(ctx, appliance.IdentifyRequest{NodeID: "n1", ShardID: 1}); err != nil || g.Granted {
 			t.Fatalf("new leader granted at once after takeover: %+v %v", g, err)
 		}
-		p.clock.Advance(2 * time.Second) // a's window is over in its memory
+		p.clock.Advance(31 * time.Second) // a's window is over in its memory
 		g, err := a.Identify(ctx, appliance.IdentifyRequest{NodeID: "n1", ShardID: 1})
 		if mutate {
 			if err != nil || !g.Granted {

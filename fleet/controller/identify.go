@@ -82,6 +82,9 @@ func (c *Controller) Identify(ctx context.Context, req appliance.IdentifyRequest
 	if c.budget.Remaining <= c.cfg.SessionReserve {
 		return refuse(appliance.ReasonBudget, c.budget.ResetAt.Sub(t))
 	}
+	if wait, gathering := c.gatheringLocked(t); gathering && c.order.at[req.ShardID] == 0 {
+		return refuse(appliance.ReasonOrder, wait, "gathering the nodes' check-ins after the controller's start")
+	}
 	if blocker, wait, blocked := c.orderBlockerLocked(t, req.ShardID); blocked {
 		return refuse(appliance.ReasonOrder, wait, fmt.Sprintf("shard %d of an earlier start group has not started", blocker))
 	}
@@ -200,6 +203,19 @@ const (
 	// startedKnown marks a shard known to have started long ago: from the
 	// stored history or a READY report.
 	startedKnown int64 = 1
+	// startGather bounds the start gather: after a controller starts or
+	// takes the lead, no shard's first Identify is granted until every
+	// enrolled, non-draining node is live and no rebalance is due, or
+	// startGather (at most a window) has passed. A plan made before the
+	// fleet's nodes are in would start sessions on nodes that the next
+	// rebalance takes them from, and spend Identifies of the daily budget
+	// on shards whose place is about to change. Nodes that boot with the
+	// controller check in within about a second; one that is not in by
+	// then only moves its shards later, by a Resume hand-off. Bounding
+	// the gather keeps it a small part of a window: the last of k start
+	// groups goes out at most startGather + (k-1) windows after the start
+	// (docs/handoff.md), where a blind wait of a window cost a whole one.
+	startGather = time.Second
 )
 
 // startOrder is the start-group state of the controller's shard count;
@@ -221,8 +237,8 @@ func grantDetail(total uint32) string { return "num_shards " + strconv.FormatUin
 // pruned it (store.MaxEvents) or it was written before the detail named
 // the count. Either way the shard counts as never started, which only
 // delays: shards that run report READY at their node's next check-in.
-// Right after a restart every bucket waits a window, longer than
-// orderSettle, so the loaded grants count as settled. A grant its node
+// The loaded grants count as settled, except those recent enough to still
+// hold their bucket's row, which loadGrants dates. A grant its node
 // reported unused afterwards (identify_unused) does not count.
 func (c *Controller) loadStartOrder(ctx context.Context) error {
 	c.order = startOrder{at: make([]int64, c.cfg.TotalShards)}
@@ -234,6 +250,67 @@ func (c *Controller) loadStartOrder(ctx context.Context) error {
 	for _, x := range last {
 		if x.LastA > x.LastB && x.ShardID < uint32(len(c.order.at)) {
 			c.order.at[x.ShardID] = startedKnown
+		}
+	}
+	return nil
+}
+
+// loadGrants dates each bucket's last grant from the store (issue 20:
+// nothing about grants lives only in one controller's memory), so a
+// controller that starts or takes the lead waits, per bucket, only for
+// what is left of the window of that bucket's last grant, instead of a
+// blind window from the load. It runs in load, after loadStartOrder.
+//
+// The stored time is the database's clock when the grant's batch was
+// written (store.GrantAges): after the grant was decided, so after its
+// claim was sent, and before it was answered. Its node sends Identify
+// within use_within_ms (appliance.GrantUseWithin) of sending the claim or
+// not at all, so at most G after the stored time; a grant this controller
+// answers a window W after the stored time leaves its node at least W - G
+// (Discord's 5 s) after it, as within one controller. The age is measured
+// on the database's clock and subtracted from this controller's now taken
+// after the read, so the clocks of the two processes never meet, and the
+// read's own latency only makes the bucket wait longer. A grant of
+// unknown age (written before migration 5) or dated in the future (the
+// database's clock stepped back) counts as granted now, as every bucket
+// did before.
+//
+// Bucket numbers are only meaningful under the max_concurrency they were
+// written with: a recent grant whose shard is in another bucket now
+// (max_concurrency changed) counts for every bucket, as a change of
+// max_concurrency at run time does (setMaxConcurrencyLocked).
+//
+// A recent grant also dates its shard's start (startOrder.at), so the
+// next start group waits orderSettle after it, as without the restart.
+func (c *Controller) loadGrants(ctx context.Context) error {
+	gs, err := c.st.GrantAges(ctx)
+	if err != nil {
+		return err
+	}
+	t := c.now()
+	var newest time.Time
+	renumbered := false
+	for _, g := range gs {
+		at := t
+		if g.Known && g.Age > 0 {
+			at = t.Add(-g.Age)
+		}
+		if t.Sub(at) >= c.cfg.IdentifyWindow {
+			continue // its window is over
+		}
+		b := appliance.IdentifyBucket(g.ShardID, c.cfg.MaxConcurrency)
+		if b != g.Bucket {
+			renumbered = true
+		}
+		c.lastGrant[b] = latest(c.lastGrant[b], at)
+		newest = latest(newest, at)
+		if g.ShardID < uint32(len(c.order.at)) && c.order.at[g.ShardID] != 0 {
+			c.order.at[g.ShardID] = at.UnixNano()
+		}
+	}
+	if renumbered {
+		for i := range c.lastGrant {
+			c.lastGrant[i] = newest
 		}
 	}
 	return nil
@@ -295,6 +372,30 @@ func (c *Controller) orderBlockerLocked(t time.Time, s uint32) (uint32, time.Dur
 		return x, wait, true
 	}
 	return 0, 0, false
+}
+
+// gatheringLocked reports whether the start gather (startGather) still
+// holds first Identifies back, and when to ask again.
+func (c *Controller) gatheringLocked(t time.Time) (time.Duration, bool) {
+	if c.gatherUntil.IsZero() {
+		return 0, false
+	}
+	left := c.gatherUntil.Sub(t)
+	if left <= 0 {
+		c.gatherUntil = time.Time{}
+		return 0, false
+	}
+	wait := min(orderRetry, left)
+	if c.dirty && !t.Before(c.graceUntil) {
+		return wait, true // a rebalance is due: the plan is about to change
+	}
+	for _, n := range c.nodes {
+		if !n.live && !n.draining {
+			return wait, true
+		}
+	}
+	c.gatherUntil = time.Time{}
+	return 0, false
 }
 
 // canStartLocked reports whether shard x, which never started, may start

@@ -295,6 +295,44 @@ func (s *Store) BucketGrants(ctx context.Context) ([]BucketGrant, error) {
 	return out, rows.Err()
 }
 
+// GrantAge is one bucket's last Identify grant as the database's clock
+// dates it: what a controller that starts, or takes the lead, needs to
+// know when each bucket may grant again (issue 20: nothing about grants
+// lives only in one replica's memory).
+type GrantAge struct {
+	Bucket  uint32
+	ShardID uint32
+	// Age is how long before the read the grant was written, on the
+	// database's clock (negative if that clock stepped back since).
+	Age time.Duration
+	// Known is false for a grant written before migration 5, which
+	// recorded no database time: its age is unknown.
+	Known bool
+}
+
+// GrantAges returns every bucket's last grant with its age on the
+// database's clock, by bucket, read in one statement.
+func (s *Store) GrantAges(ctx context.Context) ([]GrantAge, error) {
+	rows, err := s.query(ctx, `SELECT bucket, shard_id, db_granted_at, `+s.dbNowMS()+` FROM identify_buckets ORDER BY bucket`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []GrantAge
+	for rows.Next() {
+		var g GrantAge
+		var at, now int64
+		if err := rows.Scan(&g.Bucket, &g.ShardID, &at, &now); err != nil {
+			return nil, err
+		}
+		if at != 0 {
+			g.Age, g.Known = time.Duration(now-at)*time.Millisecond, true
+		}
+		out = append(out, g)
+	}
+	return out, rows.Err()
+}
+
 // LoadBudget returns the stored session budget; ok is false if none.
 func (s *Store) LoadBudget(ctx context.Context) (b Budget, ok bool, err error) {
 	var reset int64

@@ -99,6 +99,9 @@ type Leadership struct {
 // milliseconds: clock_timestamp() on PostgreSQL (the time of the
 // statement, not of the transaction's start), the system clock on SQLite.
 func (s *Store) dbNowMS() string {
+	if v, ok := s.dbClockMS(); ok {
+		return v
+	}
 	if s.dialect == dialectPostgres {
 		return `(extract(epoch FROM clock_timestamp()) * 1000)::bigint`
 	}

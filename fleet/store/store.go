@@ -55,8 +55,9 @@ type Store struct {
 	db        *sql.DB
 	dialect   dialect
 	path      string
-	maxEvents int      // audit-log bound, MaxEvents except in tests
-	rebound   sync.Map // query text with ? → the dialect's text, for postgres
+	maxEvents int              // audit-log bound, MaxEvents except in tests
+	rebound   sync.Map         // query text with ? → the dialect's text, for postgres
+	dbClock   func() time.Time // tests only (SetDBClock); nil: the server's clock
 }
 
 // dialect is the SQL flavour of a store's database.
