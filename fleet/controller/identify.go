@@ -380,14 +380,23 @@ func (c *Controller) gatheringLocked(t time.Time) (time.Duration, bool) {
 	if c.gatherUntil.IsZero() {
 		return 0, false
 	}
+	due := c.dirty && !t.Before(c.graceUntil) // a rebalance is due: the plan is about to change
 	left := c.gatherUntil.Sub(t)
 	if left <= 0 {
+		// The gather's time is over, but a rebalance due then (outside
+		// the restart grace it runs within RebalanceEvery) still ends it
+		// first: nodes that boot with the controller may check in just as
+		// the bound passes, and a grant then would start a session on a
+		// node the rebalance a moment later takes the shard from.
+		if due {
+			return orderRetry, true
+		}
 		c.gatherUntil = time.Time{}
 		return 0, false
 	}
 	wait := min(orderRetry, left)
-	if c.dirty && !t.Before(c.graceUntil) {
-		return wait, true // a rebalance is due: the plan is about to change
+	if due {
+		return wait, true
 	}
 	for _, n := range c.nodes {
 		if !n.live && !n.draining {

@@ -113,3 +113,30 @@ func TestIdentifyConcurrencyLearnedBeforeAnyGrant(t *testing.T) {
 		wantGrant(t, h.claim("a", s), "the first start group, right after max_concurrency 4 was learned")
 	}
 }
+
+// TestIdentifyWaitsForTheRebalanceAfterTheGather: a node that checks in
+// just as the gather's time runs out makes a rebalance due; until it has
+// run, no shard's first Identify is granted, since the plan is about to
+// move shards between nodes. (TestKernelGatewayLargeMessages started a
+// session on a node that the rebalance 7 ms after the grant took it from.)
+// It fails when the gather's end ignores a due rebalance.
+func TestIdentifyWaitsForTheRebalanceAfterTheGather(t *testing.T) {
+	h := newHarness(t, Config{TotalShards: 2, MaxConcurrency: 1, IdentifyWindow: 5 * time.Second, Lease: 30 * time.Second,
+		RebalanceEvery: time.Second})
+	h.add("a", "b")
+	h.clock.Advance(startGather)
+	g := h.checkin("a", 1, 0).Generation // a alone: the plan gives it shard 0
+	h.checkin("b", 1, 0)                 // a rebalance is due, at most RebalanceEvery from now
+	wantRefusal(t, h.claim("a", 0), appliance.ReasonOrder, orderRetry.Milliseconds(), "shard 0 while the rebalance b made due waits")
+	h.clock.Advance(time.Second)
+	r := h.checkin("a", 1, g) // the rebalance runs
+	if r.Generation == g {
+		t.Fatalf("no rebalance after b joined: %+v", r)
+	}
+	owner := "a"
+	if len(r.Assigned) == 0 || r.Assigned[0] != 0 {
+		owner = "b"
+		h.checkin("b", 1, 0)
+	}
+	wantGrant(t, h.claim(owner, 0), "shard 0 on its owner once the plan is made")
+}
