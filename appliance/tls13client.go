@@ -14,9 +14,9 @@ import (
 // Certificate, X509VerifyChain, CertificateVerify, Finished): the order of
 // steps the kernel's state machine will follow (issue 17), tested against
 // Go's crypto/tls server. HelloRetryRequest (§4.1.4) only with
-// TLSClientConfig.HelloRetry: the kernel does not handle it yet (issue
-// 17) and refuses it as handshake_failure, as this client does without
-// the flag (the recorded flights replay that way). Not yet: KeyUpdate,
+// TLSClientConfig.HelloRetry: the kernel does not answer it yet (issue
+// 17) and refuses it as hello_retry_unsupported, as this client does
+// without the flag (the recorded flights replay that way). Not yet: KeyUpdate,
 // NewSessionTicket (skipped when it comes).
 
 // Handshake message types (RFC 8446 §4).
@@ -30,9 +30,10 @@ const (
 	tlsHSMax                 = 1 << 14 // the largest handshake body taken (the kernel's TLSC_HS_MAX)
 )
 
-// ErrTLSHandshakeFailure: a HelloRetryRequest without
-// TLSClientConfig.HelloRetry (the kernel's behaviour).
-var ErrTLSHandshakeFailure = errors.New("handshake_failure")
+// ErrTLSHelloRetryUnsupported: a HelloRetryRequest (well formed,
+// selecting secp256r1) without TLSClientConfig.HelloRetry, the kernel's
+// behaviour; the alert sent is handshake_failure.
+var ErrTLSHelloRetryUnsupported = errors.New("hello_retry_unsupported")
 
 // TLSAlertError is an alert the server sent.
 type TLSAlertError struct{ Name string }
@@ -49,7 +50,7 @@ type TLSClientConfig struct {
 	// HelloRetry answers a HelloRetryRequest selecting secp256r1 with a
 	// second ClientHello (a P-256 share whose scalar is read from Rand
 	// then, the HRR's cookie echoed); without it an HRR is
-	// handshake_failure, as in the kernel.
+	// hello_retry_unsupported, as in the kernel.
 	HelloRetry bool
 }
 
@@ -144,7 +145,7 @@ func TLSClientConnect(rw io.ReadWriter, cfg TLSClientConfig) (*TLSClientConn, er
 	var shared []byte
 	if shp.HRR {
 		if !cfg.HelloRetry {
-			return nil, ErrTLSHandshakeFailure
+			return nil, ErrTLSHelloRetryUnsupported
 		}
 		// §4.1.4: the transcript restarts with message_hash, the hash of
 		// the first ClientHello (§4.4.1), then the HRR; the second

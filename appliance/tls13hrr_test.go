@@ -18,7 +18,7 @@ import (
 // crypto/tls server configured with P-256 only: it answers the x25519
 // share with a HelloRetryRequest selecting secp256r1. With HelloRetry the
 // client sends a second ClientHello with a P-256 share and completes
-// (application data both ways); without it the HRR is handshake_failure,
+// (application data both ways); without it the HRR is hello_retry_unsupported,
 // as in the kernel.
 func TestTLSClientHelloRetry(t *testing.T) {
 	p256, p384 := elliptic.P256(), elliptic.P384()
@@ -36,7 +36,7 @@ func TestTLSClientHelloRetry(t *testing.T) {
 	}{
 		{"chacha", true, false, ""},
 		{"aes", true, true, ""},
-		{"without HelloRetry", false, false, "handshake_failure"},
+		{"without HelloRetry", false, false, "hello_retry_unsupported"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -136,7 +136,7 @@ func TestKernelTLSGet(t *testing.T) {
 	}
 	sum := sha256.Sum256(body)
 	var hellos helloLog // the ClientHello randoms the Go servers saw
-	serve := func(addr string, cert tls.Certificate, maxVersion uint16) {
+	serve := func(addr string, cert tls.Certificate, maxVersion uint16, curves ...tls.CurveID) {
 		ln, err := listenInNetns(ns.Name, addr)
 		if err != nil {
 			t.Fatal(err)
@@ -149,13 +149,15 @@ func TestKernelTLSGet(t *testing.T) {
 			}
 			w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 			w.Write(body)
-		}), TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MaxVersion: maxVersion}, ErrorLog: nil}
+		}), TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MaxVersion: maxVersion, CurvePreferences: curves}, ErrorLog: nil}
 		go srv.ServeTLS(ln, "", "")
 		t.Cleanup(func() { srv.Close() })
 	}
 	serve(subnet+".1:8443", good.chain, 0)
 	serve(subnet+".1:8444", other.chain, 0)
 	serve(subnet+".1:8445", good.chain, tls.VersionTLS12)
+	// P-256 only: a HelloRetryRequest for the kernel's x25519 share
+	serve(subnet+".1:8448", good.chain, 0, tls.CurveP256)
 
 	// openssl s_server -www with the good chain, ChaCha20-Poly1305 only
 	for _, f := range []struct {
@@ -210,6 +212,7 @@ func TestKernelTLSGet(t *testing.T) {
 		{"wrong-name", "https://" + subnet + ".1:8443/api/v10/gateway,other.test", "name_mismatch", "", false},
 		{"unknown-root", "https://" + subnet + ".1:8444/api/v10/gateway," + name, "unknown_ca", "", false},
 		{"tls12-only", "https://" + subnet + ".1:8445/api/v10/gateway," + name, "protocol_version", "", false},
+		{"hello-retry", "https://" + subnet + ".1:8448/api/v10/gateway," + name, "hello_retry_unsupported", "", false},
 	}
 	t.Cleanup(func() {
 		// every boot drew its own random (and x25519 key) from a seeded DRBG
@@ -220,8 +223,8 @@ func TestKernelTLSGet(t *testing.T) {
 			}
 			seen[r] = true
 		}
-		if len(seen) < 4 {
-			t.Errorf("%d ClientHello randoms recorded, want one per boot against a Go server (4)", len(seen))
+		if len(seen) < 5 {
+			t.Errorf("%d ClientHello randoms recorded, want one per boot against a Go server (5)", len(seen))
 		}
 	})
 	for i, c := range cases {
