@@ -3,6 +3,7 @@ package appliance
 import (
 	"crypto/ecdh"
 	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -12,9 +13,11 @@ import (
 // (ClientHello, ServerHello, key schedule, records, EncryptedExtensions,
 // Certificate, X509VerifyChain, CertificateVerify, Finished): the order of
 // steps the kernel's state machine will follow (issue 17), tested against
-// Go's crypto/tls server. Not yet: HelloRetryRequest (the ClientHello
-// offers an x25519 share only; an HRR is handshake_failure here),
-// KeyUpdate, NewSessionTicket (skipped when it comes).
+// Go's crypto/tls server. HelloRetryRequest (§4.1.4) only with
+// TLSClientConfig.HelloRetry: the kernel does not answer it yet (issue
+// 17) and refuses it as hello_retry_unsupported, as this client does
+// without the flag (the recorded flights replay that way). Not yet: KeyUpdate,
+// NewSessionTicket (skipped when it comes).
 
 // Handshake message types (RFC 8446 §4).
 const (
@@ -27,9 +30,10 @@ const (
 	tlsHSMax                 = 1 << 14 // the largest handshake body taken (the kernel's TLSC_HS_MAX)
 )
 
-// ErrTLSHandshakeFailure: a HelloRetryRequest (not handled yet) or a
-// message out of order.
-var ErrTLSHandshakeFailure = errors.New("handshake_failure")
+// ErrTLSHelloRetryUnsupported: a HelloRetryRequest (well formed,
+// selecting secp256r1) without TLSClientConfig.HelloRetry, the kernel's
+// behaviour; the alert sent is handshake_failure.
+var ErrTLSHelloRetryUnsupported = errors.New("hello_retry_unsupported")
 
 // TLSAlertError is an alert the server sent.
 type TLSAlertError struct{ Name string }
@@ -43,6 +47,11 @@ type TLSClientConfig struct {
 	Anchors   [][]byte // DER
 	Rand      io.Reader
 	PreferAES bool // offer TLS_AES_128_GCM_SHA256 first
+	// HelloRetry answers a HelloRetryRequest selecting secp256r1 with a
+	// second ClientHello (a P-256 share whose scalar is read from Rand
+	// then, the HRR's cookie echoed); without it an HRR is
+	// hello_retry_unsupported, as in the kernel.
+	HelloRetry bool
 }
 
 // TLSClientConn is an established connection.
@@ -50,7 +59,9 @@ type TLSClientConn struct {
 	rw     io.ReadWriter
 	c      *TLS13
 	Suite  uint16
-	Scheme int // the CertificateVerify's SignatureScheme
+	Group  uint16 // the key exchange's: x25519, or secp256r1 after a HelloRetryRequest
+	Retry  bool   // the server sent a HelloRetryRequest
+	Scheme int    // the CertificateVerify's SignatureScheme
 	Path   *X509Path
 	Listed int // certificates the server sent
 	// CertBody, CVBody and CVTranscript are the server's Certificate and
@@ -122,52 +133,77 @@ func TLSClientConnect(rw io.ReadWriter, cfg TLSClientConfig) (*TLSClientConn, er
 	if _, err := rw.Write(rec); err != nil {
 		return nil, err
 	}
-	// ServerHello: plaintext, possibly after nothing else
 	hs := NewTLSHSReader(tlsHSMax)
-	var sh []byte
-	for sh == nil {
-		typ, r, err := t.record()
-		if err != nil {
-			return nil, err
-		}
-		switch typ {
-		case TLSContentAlert:
-			if len(r) == 7 {
-				return nil, &TLSAlertError{Name: TLSAlertName(r[6])}
-			}
-			return nil, ErrTLSDecodeError
-		case TLSContentHandshake:
-			hs.Feed(r[TLSRecordHeaderLen:])
-			if sh, err = hs.Next(); err != nil && err != ErrTLSIncomplete {
-				return nil, err
-			}
-		default:
-			return nil, ErrTLSUnexpectedMessage
-		}
-	}
-	if sh[0] != tlsHSTypeServerHello {
-		return nil, ErrTLSUnexpectedMessage
+	sh, err := t.serverHello(hs, false)
+	if err != nil {
+		return nil, err
 	}
 	shp, err := ParseServerHello(sh[4:], p.SessionID[:])
 	if err != nil {
 		return nil, err
 	}
+	var shared []byte
 	if shp.HRR {
-		return nil, ErrTLSHandshakeFailure
+		if !cfg.HelloRetry {
+			return nil, ErrTLSHelloRetryUnsupported
+		}
+		// §4.1.4: the transcript restarts with message_hash, the hash of
+		// the first ClientHello (§4.4.1), then the HRR; the second
+		// ClientHello differs only in its share and the echoed cookie
+		if t.c, err = NewTLS13(shp.Suite, TLSClient); err != nil {
+			return nil, err
+		}
+		t.c.AddTranscript(tlsMessageHash(ch))
+		t.c.AddTranscript(sh)
+		if _, err := io.ReadFull(cfg.Rand, k[:]); err != nil {
+			return nil, err
+		}
+		p256, err := ecdh.P256().NewPrivateKey(k[:])
+		if err != nil {
+			return nil, err
+		}
+		p.P256Share = p256.PublicKey().Bytes()
+		p.Cookie = shp.Cookie
+		if ch, err = BuildClientHello(&p); err != nil {
+			return nil, err
+		}
+		rec := append([]byte{TLSContentHandshake, 3, 3, byte(len(ch) >> 8), byte(len(ch))}, ch...)
+		if _, err := rw.Write(rec); err != nil {
+			return nil, err
+		}
+		t.c.AddTranscript(ch)
+		hrrSuite := shp.Suite
+		if sh, err = t.serverHello(hs, true); err != nil {
+			return nil, err
+		}
+		if shp, err = ParseServerHelloAfterRetry(sh[4:], p.SessionID[:]); err != nil {
+			return nil, err
+		}
+		if shp.Suite != hrrSuite {
+			return nil, ErrTLSIllegalParameter
+		}
+		peer, err := ecdh.P256().NewPublicKey(shp.Key)
+		if err != nil {
+			return nil, ErrTLSIllegalParameter
+		}
+		if shared, err = p256.ECDH(peer); err != nil {
+			return nil, ErrTLSIllegalParameter
+		}
+		t.Retry = true
+	} else {
+		peer, err := ecdh.X25519().NewPublicKey(shp.Key)
+		if err != nil {
+			return nil, ErrTLSIllegalParameter
+		}
+		if shared, err = priv.ECDH(peer); err != nil {
+			return nil, ErrTLSIllegalParameter
+		}
+		if t.c, err = NewTLS13(shp.Suite, TLSClient); err != nil {
+			return nil, err
+		}
+		t.c.AddTranscript(ch)
 	}
-	peer, err := ecdh.X25519().NewPublicKey(shp.Key)
-	if err != nil {
-		return nil, ErrTLSIllegalParameter
-	}
-	shared, err := priv.ECDH(peer)
-	if err != nil {
-		return nil, ErrTLSIllegalParameter
-	}
-	if t.c, err = NewTLS13(shp.Suite, TLSClient); err != nil {
-		return nil, err
-	}
-	t.Suite = shp.Suite
-	t.c.AddTranscript(ch)
+	t.Suite, t.Group = shp.Suite, shp.Group
 	t.c.AddTranscript(sh)
 	t.c.HandshakeSecrets(shared)
 
@@ -253,6 +289,51 @@ func TLSClientConnect(rw io.ReadWriter, cfg TLSClientConfig) (*TLSClientConn, er
 	t.c.ActivateRead()
 	t.c.ActivateWrite()
 	return t, nil
+}
+
+// tlsMessageHash is the message_hash message standing for the first
+// ClientHello in the transcript after a HelloRetryRequest (§4.4.1):
+// type 254, length 32, SHA-256 of the ClientHello (both suites hash with
+// SHA-256).
+func tlsMessageHash(ch []byte) []byte {
+	h := sha256.Sum256(ch)
+	return append([]byte{254, 0, 0, tlsHashLen}, h[:]...)
+}
+
+// serverHello reads the plaintext records up to a whole ServerHello (or
+// HelloRetryRequest). After an HRR (retry) a ChangeCipherSpec of the
+// single byte 1 is dropped (§D.4: the server's comes right after its
+// HRR); before one, anything but a handshake record or an alert is
+// unexpected_message.
+func (t *TLSClientConn) serverHello(hs *TLSHSReader, retry bool) ([]byte, error) {
+	for {
+		sh, err := hs.Next()
+		if err == nil {
+			if sh[0] != tlsHSTypeServerHello {
+				return nil, ErrTLSUnexpectedMessage
+			}
+			return sh, nil
+		}
+		if err != ErrTLSIncomplete {
+			return nil, err
+		}
+		typ, r, err := t.record()
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case typ == TLSContentAlert:
+			if len(r) == 7 {
+				return nil, &TLSAlertError{Name: TLSAlertName(r[6])}
+			}
+			return nil, ErrTLSDecodeError
+		case typ == TLSContentHandshake:
+			hs.Feed(r[TLSRecordHeaderLen:])
+		case typ == tlsContentCCS && retry && len(r) == TLSRecordHeaderLen+1 && r[TLSRecordHeaderLen] == 1:
+		default:
+			return nil, ErrTLSUnexpectedMessage
+		}
+	}
 }
 
 // Write sends application data in records of at most 2^14 bytes.

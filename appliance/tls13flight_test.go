@@ -147,11 +147,11 @@ func TestTLSFlightCorpus(t *testing.T) {
 			flightRecordRefused(t, flightGoServerConfig(t, &tls.Config{Certificates: []tls.Certificate{cert}, MaxVersion: tls.VersionTLS12}),
 				host, anchors, at, false, "protocol_version"),
 			flightRecordRefused(t, flightGoServerConfig(t, &tls.Config{Certificates: []tls.Certificate{cert}, CurvePreferences: []tls.CurveID{tls.CurveP256}}),
-				host, anchors, at, false, "handshake_failure"),
+				host, anchors, at, false, "hello_retry_unsupported"),
 		}
 		names := "crypto/tls ecdsa p256 (Discord's shape), ChaCha20 offered first\ncrypto/tls ecdsa p256, AES-128-GCM offered first\nopenssl s_server -tls1_3 -www ecdsa p256 (Discord's shape)\n" +
 			"refused: crypto/tls, wrong name (name_mismatch)\nrefused: crypto/tls, unknown root (unknown_ca)\n" +
-			"refused: crypto/tls capped at TLS 1.2 (protocol_version, its alert)\nrefused: crypto/tls P-256 only, a HelloRetryRequest (handshake_failure)\n"
+			"refused: crypto/tls capped at TLS 1.2 (protocol_version, its alert)\nrefused: crypto/tls P-256 only, a HelloRetryRequest (hello_retry_unsupported)\n"
 		if err := os.MkdirAll(filepath.Dir(TLSFlightCorpusPath), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -209,7 +209,7 @@ func TestTLSFlightCorpus(t *testing.T) {
 		verdicts[name]++
 	}
 	t.Logf("verdicts %v", verdicts)
-	for _, want := range []string{"ok", "eof", "certificate_expired", "bad_record_mac", "unexpected_message", "name_mismatch", "unknown_ca", "protocol_version", "handshake_failure"} {
+	for _, want := range []string{"ok", "eof", "certificate_expired", "bad_record_mac", "unexpected_message", "name_mismatch", "unknown_ca", "protocol_version", "hello_retry_unsupported"} {
 		if verdicts[want] == 0 {
 			t.Errorf("no case ends %s", want)
 		}

@@ -135,7 +135,15 @@ type TLSClientHelloParams struct {
 	KeyShare  [TLSX25519Len]byte
 	HostName  []byte
 	PreferAES bool
+	// After a HelloRetryRequest (§4.1.4): the second ClientHello carries
+	// a secp256r1 share (04 || X || Y) instead of the x25519 one, and the
+	// HRR's cookie when it sent one (§4.2.2). Both nil: the first.
+	P256Share []byte
+	Cookie    []byte
 }
+
+// TLSP256ShareLen is a secp256r1 key share, 04 || X || Y (§4.2.8.2).
+const TLSP256ShareLen = 65
 
 func appendU16(b []byte, v int) []byte { return binary.BigEndian.AppendUint16(b, uint16(v)) }
 
@@ -147,7 +155,15 @@ func BuildClientHello(p *TLSClientHelloParams) ([]byte, error) {
 	if n == 0 || n > TLSSNIMax {
 		return nil, ErrTLSBadHostName
 	}
-	b := make([]byte, 0, tlsClientHelloFixed+n)
+	group, share := TLSGroupX25519, p.KeyShare[:]
+	if p.P256Share != nil {
+		group, share = TLSGroupSecp256r1, p.P256Share
+	}
+	extra := len(share) - TLSX25519Len // the extensions' growth over the first ClientHello
+	if len(p.Cookie) > 0 {
+		extra += 6 + len(p.Cookie)
+	}
+	b := make([]byte, 0, tlsClientHelloFixed+n+extra)
 	b = append(b, TLSHSClientHello, 0, 0, 0)
 	b = appendU16(b, tlsLegacyVersion)
 	b = append(b, p.Random[:]...)
@@ -162,7 +178,7 @@ func BuildClientHello(p *TLSClientHelloParams) ([]byte, error) {
 		b = appendU16(b, int(TLSSuiteAES128GCMSHA256))
 	}
 	b = append(b, 1, 0) // legacy_compression_methods = {null}
-	b = appendU16(b, 86+n)
+	b = appendU16(b, 86+n+extra)
 	b = appendU16(b, tlsExtServerName) // ServerNameList of one host_name
 	b = appendU16(b, n+5)
 	b = appendU16(b, n+3)
@@ -176,15 +192,22 @@ func BuildClientHello(p *TLSClientHelloParams) ([]byte, error) {
 	b = appendU16(b, int(TLSGroupX25519))
 	b = appendU16(b, int(TLSGroupSecp256r1))
 	b = appendU16(b, tlsExtKeyShare)
-	b = append(b, 0, 38, 0, 36)
-	b = appendU16(b, int(TLSGroupX25519))
-	b = appendU16(b, TLSX25519Len)
-	b = append(b, p.KeyShare[:]...)
+	b = appendU16(b, len(share)+6)
+	b = appendU16(b, len(share)+4)
+	b = appendU16(b, int(group))
+	b = appendU16(b, len(share))
+	b = append(b, share...)
 	b = appendU16(b, tlsExtSignatureAlgorithms)
 	b = appendU16(b, 2+2*len(TLSSignatureAlgorithms))
 	b = appendU16(b, 2*len(TLSSignatureAlgorithms))
 	for _, s := range TLSSignatureAlgorithms {
 		b = appendU16(b, int(s))
+	}
+	if len(p.Cookie) > 0 { // echoed as sent (§4.2.2), last
+		b = appendU16(b, tlsExtCookie)
+		b = appendU16(b, len(p.Cookie)+2)
+		b = appendU16(b, len(p.Cookie))
+		b = append(b, p.Cookie...)
 	}
 	body := len(b) - tlsHSHeaderLen
 	b[1], b[2], b[3] = byte(body>>16), byte(body>>8), byte(body)
@@ -272,7 +295,7 @@ func tlsExtensions(b []byte, f func(typ int, data []byte) error) error {
 //	  supported_versions: length 2 (else decode_error), 0x0304 (else
 //	  illegal_parameter, §4.2.1);
 //	  key_share: ServerHello: group (2) + key_exchange<1..2^16-1> filling
-//	  the data (else decode_error), group x25519 and a 32-byte key (else
+//	  the data (else decode_error), group x25519 and a 32-byte key (after an HRR: secp256r1, 65 bytes; else
 //	  illegal_parameter); HelloRetryRequest: length 2 (else decode_error),
 //	  selected_group secp256r1 (x25519 had a share already, anything else
 //	  was not offered: illegal_parameter, §4.1.4);
@@ -288,6 +311,23 @@ func tlsExtensions(b []byte, f func(typ int, data []byte) error) error {
 // The order puts protocol_version ahead of every extension a TLS 1.2
 // server might add, so such a server is named as such.
 func ParseServerHello(body []byte, sessionID []byte) (*TLSServerHello, error) {
+	return parseServerHello(body, sessionID, TLSGroupX25519)
+}
+
+// ParseServerHelloAfterRetry checks the ServerHello that answers the
+// second ClientHello (after a HelloRetryRequest selecting secp256r1) as
+// ParseServerHello does, except that its key_share must be secp256r1 with
+// a 65-byte key (else illegal_parameter) and a second HelloRetryRequest
+// is unexpected_message (§4.1.4). The caller checks that the suite is the
+// HRR's.
+func ParseServerHelloAfterRetry(body []byte, sessionID []byte) (*TLSServerHello, error) {
+	if len(body) >= 2+TLSRandomLen && bytes.Equal(body[2:2+TLSRandomLen], tlsHRRRandom) {
+		return nil, ErrTLSUnexpectedMessage
+	}
+	return parseServerHello(body, sessionID, TLSGroupSecp256r1)
+}
+
+func parseServerHello(body []byte, sessionID []byte, offered uint16) (*TLSServerHello, error) {
 	r := tlsReader{b: body}
 	if len(body) < 2+TLSRandomLen+1 {
 		return nil, ErrTLSDecodeError
@@ -369,7 +409,8 @@ func ParseServerHello(body []byte, sessionID []byte) (*TLSServerHello, error) {
 			if d.bad || l == 0 || l != len(d.b) {
 				return ErrTLSDecodeError
 			}
-			if g != int(TLSGroupX25519) || l != TLSX25519Len {
+			if g != int(offered) || offered == TLSGroupX25519 && l != TLSX25519Len ||
+				offered == TLSGroupSecp256r1 && l != TLSP256ShareLen {
 				return ErrTLSIllegalParameter
 			}
 			sh.Group = uint16(g)

@@ -13,6 +13,8 @@ import (
 	"encoding/hex"
 	"encoding/pem"
 	"fmt"
+	"io"
+	"log"
 	"math/big"
 	mrand "math/rand/v2"
 	"net"
@@ -136,7 +138,7 @@ func TestKernelTLSGet(t *testing.T) {
 	}
 	sum := sha256.Sum256(body)
 	var hellos helloLog // the ClientHello randoms the Go servers saw
-	serve := func(addr string, cert tls.Certificate, maxVersion uint16) {
+	serve := func(addr string, cert tls.Certificate, maxVersion uint16, errs io.Writer, curves ...tls.CurveID) {
 		ln, err := listenInNetns(ns.Name, addr)
 		if err != nil {
 			t.Fatal(err)
@@ -149,13 +151,17 @@ func TestKernelTLSGet(t *testing.T) {
 			}
 			w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 			w.Write(body)
-		}), TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MaxVersion: maxVersion}, ErrorLog: nil}
+		}), TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MaxVersion: maxVersion, CurvePreferences: curves}, ErrorLog: log.New(errs, "", 0)}
 		go srv.ServeTLS(ln, "", "")
 		t.Cleanup(func() { srv.Close() })
 	}
-	serve(subnet+".1:8443", good.chain, 0)
-	serve(subnet+".1:8444", other.chain, 0)
-	serve(subnet+".1:8445", good.chain, tls.VersionTLS12)
+	serve(subnet+".1:8443", good.chain, 0, os.Stderr)
+	serve(subnet+".1:8444", other.chain, 0, os.Stderr)
+	serve(subnet+".1:8445", good.chain, tls.VersionTLS12, os.Stderr)
+	// P-256 only: a HelloRetryRequest for the kernel's x25519 share; its
+	// handshake error names the alert the kernel sent
+	var hrrErrs lockedBuffer
+	serve(subnet+".1:8448", good.chain, 0, &hrrErrs, tls.CurveP256)
 
 	// openssl s_server -www with the good chain, ChaCha20-Poly1305 only
 	for _, f := range []struct {
@@ -210,6 +216,7 @@ func TestKernelTLSGet(t *testing.T) {
 		{"wrong-name", "https://" + subnet + ".1:8443/api/v10/gateway,other.test", "name_mismatch", "", false},
 		{"unknown-root", "https://" + subnet + ".1:8444/api/v10/gateway," + name, "unknown_ca", "", false},
 		{"tls12-only", "https://" + subnet + ".1:8445/api/v10/gateway," + name, "protocol_version", "", false},
+		{"hello-retry", "https://" + subnet + ".1:8448/api/v10/gateway," + name, "hello_retry_unsupported", "", false},
 	}
 	t.Cleanup(func() {
 		// every boot drew its own random (and x25519 key) from a seeded DRBG
@@ -220,8 +227,8 @@ func TestKernelTLSGet(t *testing.T) {
 			}
 			seen[r] = true
 		}
-		if len(seen) < 4 {
-			t.Errorf("%d ClientHello randoms recorded, want one per boot against a Go server (4)", len(seen))
+		if len(seen) < 5 {
+			t.Errorf("%d ClientHello randoms recorded, want one per boot against a Go server (5)", len(seen))
 		}
 	})
 	for i, c := range cases {
@@ -265,6 +272,15 @@ func TestKernelTLSGet(t *testing.T) {
 				}
 				if res.ExitCode != qemu.ExitFail {
 					t.Errorf("QEMU exit %d, want the fail verdict %d", res.ExitCode, qemu.ExitFail)
+				}
+				if c.label == "hello-retry" {
+					// the alert: handshake_failure (tlsc_alert_code), bounded wait for the server's log
+					for i := 0; i < 40 && !strings.Contains(hrrErrs.String(), "remote error: tls: handshake failure"); i++ {
+						time.Sleep(50 * time.Millisecond)
+					}
+					if s := hrrErrs.String(); !strings.Contains(s, "remote error: tls: handshake failure") {
+						t.Errorf("server log %q, want the kernel's handshake_failure alert", s)
+					}
 				}
 				return
 			}
@@ -342,4 +358,22 @@ func (c *helloConn) Read(p []byte) (int, error) {
 		}
 	}
 	return n, err
+}
+
+// lockedBuffer is a bytes.Buffer a server's error log and the test share.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
