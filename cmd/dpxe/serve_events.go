@@ -76,7 +76,7 @@ func init() {
 			fs.DurationVar(&f.maxAge, "events-max-age", d.MaxAge, "how long the event stream keeps an event")
 			fs.DurationVar(&f.dupWindow, "events-duplicate-window", d.DuplicateWindow, "how long a Nats-Msg-Id is remembered; must exceed --lease + --resume-ttl")
 			fs.IntVar(&f.replicas, "events-replicas", d.Replicas, "stream replicas (3 on a JetStream cluster)")
-			fs.StringVar(&f.skip, "events-skip", "", "comma-separated Discord event types nodes do not publish (TYPING_START,PRESENCE_UPDATE); they still count as acknowledged; needs --nats-auth")
+			fs.StringVar(&f.skip, "events-skip", "", "comma-separated Discord event types nodes do not publish (TYPING_START,PRESENCE_UPDATE); they still count as acknowledged; sent with the nodes' broker access, so only with --nats-auth")
 			fs.BoolVar(&f.auth, "nats-auth", false, "the embedded NATS server requires credentials: nodes get their own shards' subjects, workers (dpxe workers add) commands and the stream; kept in "+natsauth.FileName+" beside --db")
 		},
 		apply:  applyEventsFlags,
