@@ -104,6 +104,9 @@ type ShardStatus struct {
 	EventsAckedSeq  uint32 `json:"events_acked_seq,omitempty"`
 	EventsInFlight  uint32 `json:"events_in_flight,omitempty"`
 	EventsLost      uint32 `json:"events_lost,omitempty"`
+	// EventsSkipped counts dispatches not published because their type is
+	// in the check-in answer's nats.skip (they count as acknowledged).
+	EventsSkipped uint32 `json:"events_skipped,omitempty"`
 }
 
 // CheckinRequest is the body of POST /v1/checkin (seed 004 plus DESIGN §5).
@@ -188,6 +191,33 @@ type NATSAccess struct {
 	Password string `json:"password"`
 	// App is the subject prefix's <app>: dpxe.<app>.events.<shard>.<EVENT>.
 	App string `json:"app"`
+	// Skip names Discord event types (a dispatch's t) the node must not
+	// publish, to save bandwidth: at most MaxNATSSkip names of 1 to
+	// MaxNATSSkipLen bytes of A-Z 0-9 _. A skipped dispatch is counted
+	// (ShardStatus.EventsSkipped) and counts as acknowledged for the
+	// shard's acknowledged sequence (docs/events.md "Skipping event types").
+	Skip []string `json:"skip,omitempty"`
+}
+
+// MaxNATSSkip and MaxNATSSkipLen bound NATSAccess.Skip (the kernel's
+// NN_SKIP_MAX and NN_SKIP_LEN).
+const (
+	MaxNATSSkip    = 32
+	MaxNATSSkipLen = 64
+)
+
+// ValidateEventName checks one name of NATSAccess.Skip: 1 to
+// MaxNATSSkipLen bytes of A-Z, 0-9 and '_'.
+func ValidateEventName(name string) error {
+	if len(name) < 1 || len(name) > MaxNATSSkipLen {
+		return fmt.Errorf("%d bytes, want 1..%d", len(name), MaxNATSSkipLen)
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; !(c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
+			return fmt.Errorf("byte at position %d is not A-Z, 0-9 or '_'", i)
+		}
+	}
+	return nil
 }
 
 // MaxNATSURLs bounds the broker URLs in a check-in answer.
@@ -205,6 +235,14 @@ func (a *NATSAccess) Validate() error {
 	for i, u := range a.URLs {
 		if err := validNATSURL(u); err != nil {
 			return &FieldError{Field: fmt.Sprintf("nats.urls[%d]", i), Reason: fmt.Sprintf("%q: %v", clip(u), err)}
+		}
+	}
+	if len(a.Skip) > MaxNATSSkip {
+		return &FieldError{Field: "nats.skip", Reason: fmt.Sprintf("%d names, want at most %d", len(a.Skip), MaxNATSSkip)}
+	}
+	for i, name := range a.Skip {
+		if err := ValidateEventName(name); err != nil {
+			return &FieldError{Field: fmt.Sprintf("nats.skip[%d]", i), Reason: fmt.Sprintf("%q: %v", clip(name), err)}
 		}
 	}
 	for _, f := range []struct{ name, v string }{{"nats.user", a.User}, {"nats.password", a.Password}, {"nats.app", a.App}} {

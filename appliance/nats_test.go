@@ -225,6 +225,11 @@ func TestNATSAccessValidate(t *testing.T) {
 		{func(a *NATSAccess) { a.User = "" }, "nats.user"},
 		{func(a *NATSAccess) { a.Password = `a"b` }, "nats.password"},
 		{func(a *NATSAccess) { a.App = "b t" }, "nats.app"},
+		{func(a *NATSAccess) { a.Skip = make([]string, MaxNATSSkip+1) }, "nats.skip"},
+		{func(a *NATSAccess) { a.Skip = []string{"TYPING_START", ""} }, "nats.skip[1]"},
+		{func(a *NATSAccess) { a.Skip = []string{"typing_start"} }, "nats.skip[0]"},
+		{func(a *NATSAccess) { a.Skip = []string{"READY", "GUILD_CREATE", "A-B"} }, "nats.skip[2]"},
+		{func(a *NATSAccess) { a.Skip = []string{strings.Repeat("A", MaxNATSSkipLen+1)} }, "nats.skip[0]"},
 	} {
 		a := ok
 		a.URLs = append([]string(nil), ok.URLs...)
@@ -234,9 +239,21 @@ func TestNATSAccessValidate(t *testing.T) {
 			t.Errorf("%+v: %v, want field %s", a, err, c.field)
 		}
 	}
+	skip := ok
+	skip.Skip = []string{"TYPING_START", "PRESENCE_UPDATE_2", strings.Repeat("Z", MaxNATSSkipLen), "_"}
+	for len(skip.Skip) < MaxNATSSkip {
+		skip.Skip = append(skip.Skip, "GUILD_CREATE")
+	}
+	if err := skip.Validate(); err != nil {
+		t.Errorf("%d good skip names: %v", len(skip.Skip), err)
+	}
 	// in an answer: ParseCheckinResponse checks it
 	b := []byte(`{"generation":1,"total_shards":1,"assigned":[],"range_start":0,"range_count":0,"pending":[],"lease_seconds":30,"max_concurrency":1,"next_checkin_ms":1,"nats":{"urls":["nats://x:1"],"user":"u","password":"","app":"bot"}}`)
 	if _, err := ParseCheckinResponse(b); err == nil || !strings.Contains(err.Error(), "nats.password") {
 		t.Errorf("answer with an empty password: %v", err)
+	}
+	b = []byte(`{"generation":1,"total_shards":1,"assigned":[],"range_start":0,"range_count":0,"pending":[],"lease_seconds":30,"max_concurrency":1,"next_checkin_ms":1,"nats":{"urls":["nats://x:1"],"user":"u","password":"p","app":"bot","skip":["READY","bad name"]}}`)
+	if _, err := ParseCheckinResponse(b); err == nil || !strings.Contains(err.Error(), "nats.skip[1]") {
+		t.Errorf("answer with a bad skip name: %v", err)
 	}
 }

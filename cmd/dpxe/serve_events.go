@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/discord-pxe/dpxe/appliance"
+	"github.com/discord-pxe/dpxe/fleet/controller"
 	"github.com/discord-pxe/dpxe/fleet/events"
 	"github.com/discord-pxe/dpxe/fleet/events/embedded"
 	"github.com/discord-pxe/dpxe/fleet/events/natsauth"
@@ -41,6 +42,8 @@ type eventsConfig struct {
 	EventsDupWindow duration `json:"events_duplicate_window"`
 	EventsReplicas  int      `json:"events_replicas"`
 	NATSAuth        bool     `json:"nats_auth"`
+	// EventsSkip names event types nodes do not publish (NATSAccess.Skip).
+	EventsSkip []string `json:"events_skip"`
 }
 
 // defaultEventsApp is the app name in subjects when none is given.
@@ -54,6 +57,7 @@ var eventsFlags struct {
 	maxAge, dupWindow         time.Duration
 	replicas                  int
 	auth                      bool
+	skip                      string
 }
 
 func init() {
@@ -72,6 +76,7 @@ func init() {
 			fs.DurationVar(&f.maxAge, "events-max-age", d.MaxAge, "how long the event stream keeps an event")
 			fs.DurationVar(&f.dupWindow, "events-duplicate-window", d.DuplicateWindow, "how long a Nats-Msg-Id is remembered; must exceed --lease + --resume-ttl")
 			fs.IntVar(&f.replicas, "events-replicas", d.Replicas, "stream replicas (3 on a JetStream cluster)")
+			fs.StringVar(&f.skip, "events-skip", "", "comma-separated Discord event types nodes do not publish (TYPING_START,PRESENCE_UPDATE); they still count as acknowledged; sent with the nodes' broker access, so only with --nats-auth")
 			fs.BoolVar(&f.auth, "nats-auth", false, "the embedded NATS server requires credentials: nodes get their own shards' subjects, workers (dpxe workers add) commands and the stream; kept in "+natsauth.FileName+" beside --db")
 		},
 		apply:  applyEventsFlags,
@@ -107,6 +112,8 @@ func applyEventsFlags(fs *flag.FlagSet, cfg *serveConfig) error {
 			e.EventsReplicas = f.replicas
 		case "nats-auth":
 			e.NATSAuth = f.auth
+		case "events-skip":
+			e.EventsSkip = splitSkip(f.skip)
 		}
 	})
 	d := events.DefaultStreamLimits()
@@ -152,7 +159,46 @@ func applyEventsFlags(fs *flag.FlagSet, cfg *serveConfig) error {
 	if _, err := natsHosts(e.NATSURL); err != nil {
 		return fmt.Errorf("%w: nats-url: %v", errUsage, err)
 	}
+	if err := validSkip(e.EventsSkip); err != nil {
+		return fmt.Errorf("%w: events-skip: %v", errUsage, err)
+	}
 	return nil
+}
+
+// splitSkip splits --events-skip at commas; an empty value is none.
+func splitSkip(v string) []string {
+	if v == "" {
+		return nil
+	}
+	return strings.Split(v, ",")
+}
+
+// validSkip applies NATSAccess.Validate's rule for skip to the names, so
+// a bad one stops dpxe serve at start rather than every check-in answer.
+func validSkip(names []string) error {
+	if len(names) > appliance.MaxNATSSkip {
+		return fmt.Errorf("%d names, want at most %d", len(names), appliance.MaxNATSSkip)
+	}
+	for i, n := range names {
+		if err := appliance.ValidateEventName(n); err != nil {
+			return fmt.Errorf("name %d %q: %v", i+1, n, err)
+		}
+	}
+	return nil
+}
+
+// withSkip adds the skip list to every access fn returns.
+func withSkip(fn controller.NATSAccessFunc, skip []string) controller.NATSAccessFunc {
+	if len(skip) == 0 {
+		return fn
+	}
+	return func(nodeID string) *appliance.NATSAccess {
+		a := fn(nodeID)
+		if a != nil {
+			a.Skip = append([]string(nil), skip...)
+		}
+		return a
+	}
 }
 
 func (e eventsConfig) limits() events.StreamLimits {
@@ -279,7 +325,7 @@ func attachEvents(ctx context.Context, app *fleetApp, log *slog.Logger) (func(co
 			if len(urls) == 0 {
 				log.Warn("nats-auth: no address nodes could reach the embedded server at; check-in answers carry no NATS access", "nats", where)
 			} else {
-				app.controller.SetNATSAccess(authFile.NodeAccess(e.EventsApp, urls))
+				app.controller.SetNATSAccess(withSkip(authFile.NodeAccess(e.EventsApp, urls), e.EventsSkip))
 			}
 		}
 	}

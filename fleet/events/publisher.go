@@ -106,6 +106,7 @@ type SessionStats struct {
 	Stored     uint64 // acknowledged as new messages
 	Duplicates uint64 // acknowledged as duplicates of a stored Msg-Id
 	Failed     uint64 // refused, timed out or not sent
+	Skipped    uint64 // not published by choice (Skip): counted as acknowledged
 	InFlight   int    // awaiting a PubAck now
 	Acked      uint64 // the Resume sequence (see Acked)
 	LastErr    string // the last failure, "" if none
@@ -193,6 +194,17 @@ func (s *SessionPublisher) Publish(ctx context.Context, d Dispatch) error {
 	return nil
 }
 
+// Skip books dispatch seq as one the node chose not to publish (its type
+// is in the check-in answer's nats.skip, appliance.NATSAccess.Skip): it is
+// counted in Stats.Skipped and counts as acknowledged, so Acked moves over
+// it once every dispatch before it is stored. Nothing is sent.
+func (s *SessionPublisher) Skip(seq uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stats.Skipped++
+	s.advance(seq)
+}
+
 // record books one outcome and advances acked over a contiguous run.
 func (s *SessionPublisher) record(seq uint64, ack *jetstream.PubAck, err error) {
 	s.mu.Lock()
@@ -207,6 +219,12 @@ func (s *SessionPublisher) record(seq uint64, ack *jetstream.PubAck, err error) 
 	} else {
 		s.stats.Stored++
 	}
+	s.advance(seq)
+}
+
+// advance books seq as acknowledged and moves acked over the contiguous
+// run; s.mu is held.
+func (s *SessionPublisher) advance(seq uint64) {
 	if seq <= s.acked {
 		return
 	}

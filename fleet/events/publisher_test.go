@@ -284,3 +284,50 @@ func TestConfigRefusals(t *testing.T) {
 		t.Errorf("window 5000: %v", err)
 	}
 }
+
+// TestSkipCountsAsAcked: dispatches a node skips (the check-in answer's
+// nats.skip) are not sent, are counted, and Acked moves over them; a skip
+// beyond a refused dispatch does not move Acked past the hole.
+func TestSkipCountsAsAcked(t *testing.T) {
+	s := startServer(t, "", "")
+	nc := connect(t, s)
+	st := testStream(t, nc)
+	p, err := NewPublisher(nc, PublisherConfig{App: "bot", Node: "sim-1", Window: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp, _ := p.Session(0, "sess", 0)
+	ctx := context.Background()
+	if err := sp.Publish(ctx, dispatch(1, 10)); err != nil {
+		t.Fatal(err)
+	}
+	sp.Skip(2)
+	sp.Skip(3)
+	if err := sp.Publish(ctx, dispatch(4, 10)); err != nil {
+		t.Fatal(err)
+	}
+	flush(t, sp)
+	if st := sp.Stats(); st.Acked != 4 || st.Skipped != 2 || st.Stored != 2 || st.Published != 2 {
+		t.Errorf("stats = %+v, want acked 4, 2 skipped, 2 stored and published", st)
+	}
+	if n := streamMsgs(t, st); n != 2 {
+		t.Errorf("stream holds %d messages, want 2 (the skipped are not sent)", n)
+	}
+	// 5 refused (over the stream's 1 KiB), 6 skipped: Acked stays at 4.
+	if err := sp.Publish(ctx, dispatch(5, 2000)); err != nil {
+		t.Fatal(err)
+	}
+	sp.Skip(6)
+	flush(t, sp)
+	if a := sp.Acked(); a != 4 {
+		t.Errorf("Acked = %d past a refused dispatch, want 4", a)
+	}
+	// The replay of 5 fills the hole: Acked moves over it and the skip.
+	if err := sp.Publish(ctx, dispatch(5, 10)); err != nil {
+		t.Fatal(err)
+	}
+	flush(t, sp)
+	if a := sp.Acked(); a != 6 {
+		t.Errorf("Acked = %d after the replay, want 6", a)
+	}
+}

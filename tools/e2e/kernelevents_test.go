@@ -137,7 +137,23 @@ func (l *gwLab) allSessionsAt(n int64, within time.Duration) {
 	})
 }
 
+// TestKernelEventsSkip: TestKernelEventsToJetStream with `dpxe serve
+// --events-skip GUILD_CREATE`: the check-in answer's nats.skip names it, so
+// the node publishes no GUILD_CREATE and every other dispatch exactly once;
+// its events_acked_seq still reaches the last sequence (a skipped dispatch
+// counts as acknowledged) and events_skipped equals the GUILD_CREATEs the
+// emulator sent on that shard's session.
+func TestKernelEventsSkip(t *testing.T) {
+	kernelEventsSkip(t, "10.141.0", 150, 0, false, false, "GUILD_CREATE")
+}
+
 func kernelEvents(t *testing.T, subnet string, want uint64, restartAt int64, handOver, burst bool) {
+	kernelEventsSkip(t, subnet, want, restartAt, handOver, burst, "")
+}
+
+// kernelEventsSkip is kernelEvents with skip, an event type given to
+// --events-skip ("" for none).
+func kernelEventsSkip(t *testing.T, subnet string, want uint64, restartAt int64, handOver, burst bool, skip string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	start := time.Now()
@@ -150,9 +166,12 @@ func kernelEvents(t *testing.T, subnet string, want uint64, restartAt int64, han
 	if burst {
 		rate = 200
 	}
+	args := []string{"--total-shards", "2", "--lease", "30s", "--nats-auth", "--nats-listen", subnet + ".1:4222"}
+	if skip != "" {
+		args = append(args, "--events-skip", skip)
+	}
 	l := newGWLab(t, ctx, subnet, gatewayemu.Options{HeartbeatInterval: beat, Shards: 2, MaxConcurrency: 2,
-		MessagesPerSecond: rate, ReplayLimit: 100000},
-		"--total-shards", "2", "--lease", "30s", "--nats-auth", "--nats-listen", subnet+".1:4222")
+		MessagesPerSecond: rate, ReplayLimit: 100000}, args...)
 	node := l.boot("ev-node", "virtio-net-pci", 2)
 	if node.serial.waitFor(regexp.MustCompile(`nats: connected to nats://`+regexp.QuoteMeta(subnet)+`\.1:4222 as node-ev-node`), 120*time.Second) == nil {
 		t.Fatal("the node did not connect to the broker")
@@ -241,6 +260,26 @@ func kernelEvents(t *testing.T, subnet string, want uint64, restartAt int64, han
 	if len(sessions) != 2 {
 		t.Fatalf("emulator sessions: %+v", sessions)
 	}
+	// skipped[session][seq]: the dispatches of the skipped type, which the
+	// stream must not hold; skippedN[shard] counts them.
+	skipped := map[string]map[uint64]bool{}
+	skippedN := map[uint32]uint32{}
+	for _, s := range sessions {
+		skipped[s.ID] = map[uint64]bool{}
+		recs, _ := l.emu.Dispatched(s.ID)
+		for _, r := range recs {
+			var head struct {
+				T string `json:"t"`
+			}
+			if skip != "" && json.Unmarshal(r.Frame, &head) == nil && head.T == skip {
+				skipped[s.ID][uint64(r.Seq)] = true
+				skippedN[uint32(s.Shard[0])]++
+			}
+		}
+		if skip != "" && skippedN[uint32(s.Shard[0])] == 0 {
+			t.Fatalf("session %s: the emulator sent no %s to skip", s.ID, skip)
+		}
+	}
 	var got []streamEvent
 	complete := func() bool {
 		have := map[string]map[uint64]bool{}
@@ -252,7 +291,7 @@ func kernelEvents(t *testing.T, subnet string, want uint64, restartAt int64, han
 		}
 		for _, s := range sessions {
 			for q := uint64(1); q <= want; q++ {
-				if !have[s.ID][q] {
+				if !have[s.ID][q] && !skipped[s.ID][q] {
 					return false
 				}
 			}
@@ -320,6 +359,8 @@ func kernelEvents(t *testing.T, subnet string, want uint64, restartAt int64, han
 			}
 			subj, _ := events.EventSubject(app, uint32(s.Shard[0]), head.T)
 			switch {
+			case skip != "" && head.T == skip:
+				t.Errorf("session %s seq %d: a %s (skipped type) is in the stream", s.ID, q, head.T)
 			case ev.subject != subj:
 				t.Errorf("session %s seq %d: subject %q, want %q", s.ID, q, ev.subject, subj)
 			case ev.msgID != s.ID+":"+strconv.FormatUint(q, 10):
@@ -333,6 +374,9 @@ func kernelEvents(t *testing.T, subnet string, want uint64, restartAt int64, han
 			}
 		}
 		for q := uint64(1); q <= want; q++ {
+			if skipped[s.ID][q] {
+				continue // checked above: none of the type in the stream
+			}
 			if seen[q] != 1 {
 				t.Errorf("session %s (shard %d): seq %d is in the stream %d times", s.ID, s.Shard[0], q, seen[q])
 			}
@@ -348,17 +392,18 @@ func kernelEvents(t *testing.T, subnet string, want uint64, restartAt int64, han
 		err := l.adminGet("/v1/nodes/ev-node", &d)
 		ok := err == nil && len(d.Shards) == 2
 		for _, sh := range d.Shards {
-			ok = ok && uint64(sh.EventsAckedSeq) >= want && uint64(sh.EventsPublished) >= want && sh.EventsLost == 0
+			ok = ok && uint64(sh.EventsAckedSeq) >= want && uint64(sh.EventsPublished)+uint64(sh.EventsSkipped) >= want && sh.EventsLost == 0 &&
+				sh.EventsSkipped == skippedN[sh.ID]
 		}
 		if ok {
 			for _, sh := range d.Shards {
-				t.Logf("check-in status of shard %d: events_published %d, events_acked_seq %d, events_in_flight %d, events_lost %d",
-					sh.ID, sh.EventsPublished, sh.EventsAckedSeq, sh.EventsInFlight, sh.EventsLost)
+				t.Logf("check-in status of shard %d: events_published %d, events_acked_seq %d, events_in_flight %d, events_lost %d, events_skipped %d (the emulator sent %d %s)",
+					sh.ID, sh.EventsPublished, sh.EventsAckedSeq, sh.EventsInFlight, sh.EventsLost, sh.EventsSkipped, skippedN[sh.ID], skip)
 			}
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the node's check-in status does not show %d acknowledged dispatches per shard: %+v (%v)", want, d.Shards, err)
+			t.Fatalf("the node's check-in status does not show %d acknowledged dispatches per shard (and %v skipped): %+v (%v)", want, skippedN, d.Shards, err)
 		}
 	}
 	con := node.serial.String()

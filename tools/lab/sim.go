@@ -127,7 +127,10 @@ type simNode struct {
 	gateway  string
 	botToken string
 	cancel   context.CancelFunc
-	done     chan struct{}
+	// skip holds the event types the check-in answer says not to publish
+	// (appliance.NATSAccess.Skip), nil before an answer with nats.
+	skip atomic.Pointer[map[string]bool]
+	done chan struct{}
 	// pub publishes every dispatch (nil: no event delivery). Resumes are
 	// not simulated, so a session's acknowledged sequence is not used.
 	pub *events.Publisher
@@ -250,6 +253,13 @@ func (s *simNode) checkin(ctx context.Context) (appliance.CheckinResponse, error
 // generation as applied (reported in the next check-in, which releases
 // what it stopped).
 func (s *simNode) apply(ctx context.Context, resp appliance.CheckinResponse) {
+	if resp.NATS != nil { // the event types not to publish, as a kernel node takes them
+		skip := map[string]bool{}
+		for _, name := range resp.NATS.Skip {
+			skip[name] = true
+		}
+		s.skip.Store(&skip)
+	}
 	keep := map[uint32]bool{}
 	for _, id := range resp.Assigned {
 		keep[id] = true
@@ -660,6 +670,10 @@ func (s *simNode) publish(ctx context.Context, pub *events.Publisher, sp *events
 	}
 	if sp == nil {
 		return nil, nil // a dispatch before READY: not in a session
+	}
+	if skip := s.skip.Load(); skip != nil && (*skip)[*p.T] {
+		sp.Skip(uint64(*p.S)) // the answer's nats.skip: counted, not sent
+		return sp, nil
 	}
 	err := sp.Publish(ctx, events.Dispatch{Seq: uint64(*p.S), Event: *p.T, Payload: p.raw, Received: time.Now()})
 	return sp, err
