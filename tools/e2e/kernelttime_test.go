@@ -15,6 +15,7 @@ import (
 	"github.com/discord-pxe/dpxe/appliance"
 	"github.com/discord-pxe/dpxe/image"
 	"github.com/discord-pxe/dpxe/image/qemu"
+	"github.com/discord-pxe/dpxe/tools/gatewayemu"
 	"github.com/discord-pxe/dpxe/tools/netns"
 )
 
@@ -166,4 +167,54 @@ func TestKernelTrustedTime(t *testing.T) {
 	}
 	t.Logf("RTC at %s (rtc=%d); pinned https: trusted time unix=%d, controller clock %d..%d; plain http: time_ms ignored",
 		rtcBase, rtc, unix, before.Unix(), after.Unix())
+}
+
+// TestKernelGatewayWSSTrustedTime: two nodes whose CMOS clocks say 2001
+// (before the emulator's certificates, made valid from an hour ago) run
+// one wss:// shard each. The node that checks in over pinned https://
+// validates the chain against the controller's time and completes the
+// handshake; the node that checks in over plain http:// must not take the
+// controller's time and refuses the chain with certificate_not_yet_valid
+// on its RTC.
+func TestKernelGatewayWSSTrustedTime(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+	defer cancel()
+	const subnet = "10.88.0"
+	l := newGWLabNoServe(t, ctx, subnet, gatewayemu.Options{HeartbeatInterval: time.Second, Shards: 2, MaxConcurrency: 2,
+		TLS: true, PublicHost: wssHost, ResumeHost: wssResumeHost, ResumeTimeout: 2 * time.Minute})
+	pinOut, err := exec.CommandContext(ctx, l.bin, "serve", "--db", filepath.Join(l.dir, "dpxe.db"), "--print-pin").Output()
+	if err != nil {
+		t.Fatalf("--print-pin: %v", err)
+	}
+	pin := strings.TrimSpace(string(pinOut))
+	secure := "https://" + subnet + ".1:8443"
+	l.qemuExtra = []string{"-rtc", "base=" + rtcBase}
+	l.nodeConfig = func(i int, c *appliance.BootConfig) {
+		if i == 0 {
+			c.Controller, c.ControllerPin = secure, pin
+		}
+	}
+	wssPrepare(t, l, [4]byte{10, 88, 0, 1}, l.emu.CAPEM(), wssHost,
+		"--total-shards", "2", "--max-concurrency", "2", "--lease", "15s", "--tls-listen", subnet+".1:8443")
+	q := regexp.QuoteMeta
+	pinned := l.boot("tt-wss-pinned", "e1000", 1)
+	for _, re := range []string{q("time: controller (pinned https)"), `shard \d: TLS 1\.3 \S+ x25519 sig=0x0403 chain=2 name=` + q(wssHost) + ` in `} {
+		if pinned.serial.waitFor(regexp.MustCompile(re), 60*time.Second) == nil {
+			t.Fatalf("pinned https node: no console line %q", re)
+		}
+	}
+	plain := l.boot("tt-wss-plain", "e1000", 1)
+	for _, re := range []string{q("time: controller time ignored (plain http)"), q("time: cmos rtc (no pinned check-in yet)"),
+		`shard \d: TLS refused: certificate_not_yet_valid\r?\n`} {
+		if plain.serial.waitFor(regexp.MustCompile(re), 60*time.Second) == nil {
+			t.Fatalf("plain http node: no console line %q", re)
+		}
+	}
+	if strings.Contains(plain.serial.String(), "TLS 1.3 ") {
+		t.Error("plain http node: a handshake completed on the 2001 RTC")
+	}
+	if strings.Contains(pinned.serial.String(), "certificate_not_yet_valid") {
+		t.Error("pinned https node: refused the chain as not yet valid")
+	}
+	t.Log("RTC at " + rtcBase + ": pinned https node validated the wss:// chain on the controller's time; plain http node refused it (certificate_not_yet_valid)")
 }
