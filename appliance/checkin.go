@@ -136,6 +136,11 @@ type CheckinResponse struct {
 	Pending        []uint32 `json:"pending"`
 	LeaseSeconds   uint32   `json:"lease_seconds"`   // lease length; the node stops all shards this long after it sent the check-in
 	MaxConcurrency uint32   `json:"max_concurrency"` // Discord's max_concurrency
+	// TimeMS is the controller's UTC clock as Unix milliseconds when it
+	// built the answer, always sent. A node keeps it with its TSC as the
+	// trusted time for certificate validity (wss:// Gateway sessions), but
+	// only from a check-in over pinned https:// (docs/security.md).
+	TimeMS uint64 `json:"time_ms"`
 	// NextCheckinMS is when the controller wants the next check-in, in
 	// milliseconds: a third of the lease normally, sooner while shards are
 	// pending or the plan is settling.

@@ -214,7 +214,7 @@ func (r *ShardRuntime) ExpireLease() {
 const SelfTestCases = 4096
 
 // SelfTestFormulas names the digests in the order the kernel prints them.
-var SelfTestFormulas = []string{"bucket", "heartbeat", "ack", "ready", "backoff", "resume", "lease", "route", "grant", "capacity", "ping", "budget", "tsccal", "ctlswitch", "rfc3339"}
+var SelfTestFormulas = []string{"bucket", "heartbeat", "ack", "ready", "backoff", "resume", "lease", "route", "grant", "capacity", "ping", "budget", "tsccal", "ctlswitch", "rfc3339", "ttime"}
 
 // splitmix64 is the PRNG both sides implement (Steele, Lea, Flood 2014).
 type splitmix64 struct{ state uint64 }
@@ -446,6 +446,16 @@ func SelfTestDigests(seed uint32) map[string]uint64 {
 		for i := 0; i < 32; i += 8 {
 			d.add(binary.LittleEndian.Uint64(buf[i:]))
 		}
+	})
+	run("ttime", func(d *digest) {
+		r1, r2, r3 := rng.next(), rng.next(), rng.next()
+		timeMS := r1 % (TrustedTimeMSMax + 1)
+		cycles := r2 >> (r3 & 63)
+		perMS := r3 >> 40
+		if (r3>>6)&1 != 0 {
+			perMS = 0 // uncalibrated
+		}
+		d.add(TrustedNowSeconds(timeMS, cycles, perMS))
 	})
 	return out
 }

@@ -84,6 +84,7 @@ text_start:
 %include "node/run.inc"		; the main loop: receive, then every tick
 %include "node/checkin.inc"		; the check-in loop and the lease
 %include "node/ctltls.inc"		; controller_pin= and the check-in's scheme rules
+%include "node/ttime.inc"		; trusted time: the controller's clock over pinned https
 %include "shard/shard.inc"
 %include "shard/route.inc"
 %include "selftest/selftest.inc"

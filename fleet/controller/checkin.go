@@ -118,6 +118,7 @@ func (c *Controller) Checkin(ctx context.Context, req *appliance.CheckinRequest,
 		RangeCount:     n.plan.Count,
 		LeaseSeconds:   uint32(c.cfg.Lease / time.Second),
 		MaxConcurrency: c.cfg.MaxConcurrency,
+		TimeMS:         uint64(max(t.UnixMilli(), 0)),
 	}
 	c.gatewayFieldsLocked(&resp)
 	c.haFieldsLocked(&resp)

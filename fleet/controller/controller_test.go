@@ -2,8 +2,10 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -497,5 +499,25 @@ func TestTotalChangeAllowedWhenNothingHeld(t *testing.T) {
 	r := h.checkin("a", 8, 0)
 	if r.TotalShards != 16 || r.RangeCount != 8 || r.Generation < 2 {
 		t.Fatalf("after total change: %+v", r)
+	}
+}
+
+// TestCheckinCarriesControllerTime: every answer carries the controller's
+// clock as Unix milliseconds (time_ms), the kernel's trusted time after a
+// pinned check-in, and the field is in the JSON even when zero.
+func TestCheckinCarriesControllerTime(t *testing.T) {
+	h := newHarness(t, Config{TotalShards: 4})
+	h.add("a")
+	r := h.checkin("a", 4, 0)
+	if want := uint64(h.clock.Now().UnixMilli()); r.TimeMS != want {
+		t.Fatalf("time_ms %d, want the controller clock %d", r.TimeMS, want)
+	}
+	h.clock.Advance(1500 * time.Millisecond)
+	if r2 := h.checkin("a", 4, r.Generation); r2.TimeMS != r.TimeMS+1500 {
+		t.Fatalf("time_ms %d after 1.5 s, want %d", r2.TimeMS, r.TimeMS+1500)
+	}
+	b, err := json.Marshal(appliance.CheckinResponse{})
+	if err != nil || !strings.Contains(string(b), `"time_ms":0`) {
+		t.Fatalf("time_ms must always be sent: %s %v", b, err)
 	}
 }

@@ -57,6 +57,8 @@ type gwLab struct {
 	nodeController string
 	// nodeConfig, when set, adjusts the boot config of the i-th node booted.
 	nodeConfig func(i int, c *appliance.BootConfig)
+	// qemuExtra, when set, is appended to every node's QEMU arguments.
+	qemuExtra []string
 	// dhcp, when set, boots nodes without ip=: their address and DNS
 	// server come from a DHCP server the test runs on the bridge.
 	dhcp bool
@@ -229,6 +231,7 @@ func (l *gwLab) boot(id, nic string, capacity uint32) *gwNode {
 		Memory:   256,
 		Net: []string{"-netdev", "tap,id=n0,ifname=" + tap + ",script=no,downscript=no",
 			"-device", fmt.Sprintf("%s,netdev=n0,mac=52:54:00:79:00:%02x", nic, 0x30+i)},
+		Extra:   l.qemuExtra,
 		Wrapper: l.ns.Wrapper(),
 		Serial:  n.serial,
 		Timeout: l.runLimit(),
