@@ -284,12 +284,26 @@ func (r *replica) stop(leading bool, term uint64) error {
 	return nil
 }
 
-// forward wraps the API: while this replica does not lead, node and
-// operator API requests (/v1/...) go to the leader's advertised URL,
-// once; without a reachable leader they get 503 with Retry-After.
+// forwarded reports whether a request goes to the leader while this
+// replica follows: node and operator API requests (/v1/..., but
+// /v1/replicas, which each replica answers), and the dashboard's actions
+// (every POST outside /v1/ but logging in and out, which work on stored
+// sessions). A dashboard action carries the operator's session cookie and
+// CSRF token, which the leader checks against the same stored session.
+func forwarded(req *http.Request) bool {
+	p := req.URL.Path
+	if strings.HasPrefix(p, "/v1/") {
+		return p != "/v1/replicas"
+	}
+	return req.Method == http.MethodPost && p != "/login" && p != "/logout"
+}
+
+// forward wraps the API and the dashboard: while this replica does not
+// lead, what forwarded names goes to the leader's advertised URL, once;
+// without a reachable leader it gets 503 with Retry-After.
 func (r *replica) forward(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if !strings.HasPrefix(req.URL.Path, "/v1/") || req.URL.Path == "/v1/replicas" {
+		if !forwarded(req) {
 			h.ServeHTTP(w, req)
 			return
 		}
@@ -308,13 +322,24 @@ func (r *replica) forward(h http.Handler) http.Handler {
 		self := r.advertise
 		r.mu.Unlock()
 		if role.LeaderURL == "" || role.LeaderURL == self || req.Header.Get(forwardedHeader) != "" {
-			w.Header().Set("Retry-After", "1")
-			http.Error(w, `{"error":"no controller replica leads right now; retry, or ask another replica"}`, http.StatusServiceUnavailable)
+			unavailable(w, req, "no controller replica leads right now; retry, or ask another replica")
 			return
 		}
 		req.Header.Set(forwardedHeader, r.id)
 		r.proxy(role.LeaderURL).ServeHTTP(w, req)
 	})
+}
+
+// unavailable answers 503 with Retry-After: JSON for the API, text for
+// the dashboard's forms.
+func unavailable(w http.ResponseWriter, req *http.Request, why string) {
+	w.Header().Set("Retry-After", "1")
+	if strings.HasPrefix(req.URL.Path, "/v1/") {
+		b, _ := json.Marshal(map[string]string{"error": why})
+		http.Error(w, string(b), http.StatusServiceUnavailable)
+		return
+	}
+	http.Error(w, "This dashboard's replica follows and "+why+".", http.StatusServiceUnavailable)
 }
 
 // proxy returns the reverse proxy to a leader URL.
@@ -338,8 +363,7 @@ func (r *replica) proxy(target string) *httputil.ReverseProxy {
 	p.ErrorHandler = func(w http.ResponseWriter, req *http.Request, err error) {
 		r.log.Warn("forwarding to the leader failed", "leader", target, "path", req.URL.Path, "err", err)
 		r.wake()
-		w.Header().Set("Retry-After", "1")
-		http.Error(w, `{"error":"the leading controller replica does not answer; retry, or ask another replica"}`, http.StatusServiceUnavailable)
+		unavailable(w, req, "the leading controller replica does not answer; retry, or ask another replica")
 	}
 	if len(r.proxies) > 32 {
 		clear(r.proxies)
