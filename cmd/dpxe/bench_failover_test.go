@@ -3,19 +3,12 @@ package main
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
-	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/discord-pxe/dpxe/fleet/store/pgtest"
 )
 
 // BenchmarkLeaderFailover measures a controller failover with real
@@ -40,39 +33,15 @@ func BenchmarkLeaderFailover(b *testing.B) {
 		b.Skip("set DPXE_BENCH=1 to run the failover benchmark")
 	}
 	ctx := context.Background()
-	srv, err := pgtest.Start(ctx)
-	if err != nil {
-		if errors.Is(err, pgtest.ErrNotInstalled) {
-			b.Skipf("skipping: %v", err)
-		}
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { srv.Stop() })
-	dsn, err := srv.NewDatabase(ctx)
-	if err != nil {
-		b.Fatal(err)
-	}
-	dir := b.TempDir()
-	bin, err := buildDpxe(dir)
-	if err != nil {
-		b.Fatalf("build: %v", err)
-	}
-	c := &haCluster{t: b, bin: bin, dir: dir, dsn: dsn, tokenFile: filepath.Join(dir, "admin.token"), tail: 30}
+	_, dsn := haDatabase(b)
+	c := newHACluster(b, dsn, 30)
 	for i := range 3 {
 		c.start(i)
 	}
 	lead, _ := c.leader(10 * haLeaderLease)
 	hist := newHAHistory()
 	var nodes []*haNode
-	addNode := func(id string) *haNode {
-		out, err := exec.Command(bin, "nodes", "--server", c.urls()[lead], "--token-file", c.tokenFile, "add", id).CombinedOutput()
-		if err != nil {
-			b.Fatalf("dpxe nodes add: %v\n%s", err, out)
-		}
-		cred := strings.TrimSpace(strings.Split(string(out), "\n")[1])
-		return &haNode{id: id, cred: cred, urls: c.urls(), cur: len(nodes), owned: map[uint32]bool{}, identified: map[uint32]bool{},
-			unused: map[uint32]bool{}, hist: hist, client: &http.Client{Timeout: haNodeLease / 4}}
-	}
+	addNode := func(id string) *haNode { return c.addNode(c.urls()[lead], id, len(nodes), hist) }
 	nodeCtx, stopNodes := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	run := func(n *haNode) {

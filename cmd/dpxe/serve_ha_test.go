@@ -108,6 +108,62 @@ func (c *haCluster) start(i int) {
 	c.mu.Unlock()
 }
 
+// haDatabase starts PostgreSQL for the test (skipping it where the
+// package is not installed) and returns the server and a fresh
+// database's URL; the server stops when the test ends.
+func haDatabase(t testing.TB) (*pgtest.Server, string) {
+	t.Helper()
+	ctx := context.Background()
+	srv, err := pgtest.Start(ctx)
+	if err != nil {
+		if errors.Is(err, pgtest.ErrNotInstalled) {
+			t.Skipf("skipping: %v", err)
+		}
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Stop() })
+	dsn, err := srv.NewDatabase(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, dsn
+}
+
+// newHACluster builds dpxe and returns three replicas on dsn, none
+// started yet, keeping tail log lines of each for failure messages.
+// Stopped replicas are continued when the test ends, so they can exit.
+func newHACluster(t testing.TB, dsn string, tail int) *haCluster {
+	t.Helper()
+	dir := t.TempDir()
+	bin, err := buildDpxe(dir)
+	if err != nil {
+		t.Fatalf("build: %v", err)
+	}
+	c := &haCluster{t: t, bin: bin, dir: dir, dsn: dsn, tokenFile: filepath.Join(dir, "admin.token"), tail: tail}
+	t.Cleanup(func() {
+		for i := range c.procs {
+			if c.procs[i] != nil {
+				c.signal(i, syscall.SIGCONT)
+			}
+		}
+	})
+	return c
+}
+
+// addNode enrolls node id through the replica at server with `dpxe
+// nodes add` and returns it as a simulated node recording into hist,
+// starting at replica cur of the cluster's URLs.
+func (c *haCluster) addNode(server, id string, cur int, hist *haHistory) *haNode {
+	c.t.Helper()
+	out, err := exec.Command(c.bin, "nodes", "--server", server, "--token-file", c.tokenFile, "add", id).CombinedOutput()
+	if err != nil {
+		c.t.Fatalf("dpxe nodes add: %v\n%s", err, out)
+	}
+	cred := strings.TrimSpace(strings.Split(string(out), "\n")[1])
+	return &haNode{id: id, cred: cred, urls: c.urls(), cur: cur, owned: map[uint32]bool{}, identified: map[uint32]bool{},
+		unused: map[uint32]bool{}, hist: hist, client: &http.Client{Timeout: haNodeLease / 4}}
+}
+
 func (c *haCluster) urls() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -426,34 +482,12 @@ func TestReplicasSurviveFaults(t *testing.T) {
 	t.Logf("seed %d (DPXE_HA_SEED)", seed)
 	rng := rand.New(rand.NewPCG(seed, seed*31+7))
 	ctx := context.Background()
-	srv, err := pgtest.Start(ctx)
-	if err != nil {
-		if errors.Is(err, pgtest.ErrNotInstalled) {
-			t.Skipf("skipping: %v", err)
-		}
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Stop() })
-	dsn, err := srv.NewDatabase(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	bin, err := buildDpxe(dir)
-	if err != nil {
-		t.Fatalf("build: %v", err)
-	}
-	c := &haCluster{t: t, bin: bin, dir: dir, dsn: dsn, tokenFile: filepath.Join(dir, "admin.token"), tail: 25}
+	_, dsn := haDatabase(t)
+	tail := 25
 	if os.Getenv("DPXE_HA_LOGS") != "" {
-		c.tail = 400
+		tail = 400
 	}
-	t.Cleanup(func() {
-		for i := range c.procs {
-			if c.procs[i] != nil {
-				c.signal(i, syscall.SIGCONT)
-			}
-		}
-	})
+	c := newHACluster(t, dsn, tail)
 	for i := range 3 {
 		c.start(i)
 	}
@@ -463,17 +497,10 @@ func TestReplicasSurviveFaults(t *testing.T) {
 	hist := newHAHistory()
 	nodes := make([]*haNode, haNodes)
 	for i := range nodes {
-		id := fmt.Sprintf("ha-node.%d", i)
-		out, err := exec.Command(bin, "nodes", "--server", c.urls()[lead], "--token-file", c.tokenFile, "add", id).CombinedOutput()
-		if err != nil {
-			t.Fatalf("dpxe nodes add: %v\n%s", err, out)
-		}
-		cred := strings.TrimSpace(strings.Split(string(out), "\n")[1])
-		nodes[i] = &haNode{id: id, cred: cred, urls: c.urls(), cur: i, owned: map[uint32]bool{}, identified: map[uint32]bool{},
-			unused: map[uint32]bool{}, hist: hist, client: &http.Client{Timeout: haNodeLease / 4}}
+		nodes[i] = c.addNode(c.urls()[lead], fmt.Sprintf("ha-node.%d", i), i, hist)
 	}
 	// dpxe replicas lists all three with one leader.
-	out, err := exec.Command(bin, "replicas", "--server", c.urls()[lead], "--token-file", c.tokenFile).CombinedOutput()
+	out, err := exec.Command(c.bin, "replicas", "--server", c.urls()[lead], "--token-file", c.tokenFile).CombinedOutput()
 	if err != nil || strings.Count(string(out), " leader ") != 1 || strings.Count(string(out), " follower ") != 2 {
 		t.Fatalf("dpxe replicas: %v\n%s", err, out)
 	}

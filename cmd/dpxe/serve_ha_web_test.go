@@ -1,22 +1,17 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
-
-	"github.com/discord-pxe/dpxe/fleet/store/pgtest"
+	"time"
 )
 
 // TestFollowerDashboardActions: an operator logged in on a follower's
@@ -28,38 +23,24 @@ func TestFollowerDashboardActions(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL and two dpxe serve replicas")
 	}
-	ctx := context.Background()
-	srv, err := pgtest.Start(ctx)
-	if err != nil {
-		if errors.Is(err, pgtest.ErrNotInstalled) {
-			t.Skipf("skipping: %v", err)
-		}
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Stop() })
-	dsn, err := srv.NewDatabase(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	bin, err := buildDpxe(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &haCluster{t: t, bin: bin, dir: dir, dsn: dsn, tokenFile: filepath.Join(dir, "admin.token"), tail: 25}
-	t.Cleanup(func() {
-		for i := range c.procs {
-			if c.procs[i] != nil {
-				c.signal(i, syscall.SIGCONT)
-			}
-		}
-	})
+	_, dsn := haDatabase(t)
+	c := newHACluster(t, dsn, 25)
 	c.start(0)
 	c.start(1)
-	lead, _ := c.leader(10 * haLeaderLease)
+	lead, term := c.leader(10 * haLeaderLease)
+	// The follower forwards once it has read the leader's row (its
+	// term): wait for that rather than race its next campaign.
+	for end := time.Now().Add(10 * haLeaderLease); ; time.Sleep(50 * time.Millisecond) {
+		if h, ok := c.health(1 - lead); ok && h.Role == "follower" && h.Term == term {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("r%d does not follow term %d\n%s", 1-lead, term, c.logTail())
+		}
+	}
 	urls := c.urls()
 	leader, follower := urls[lead], urls[1-lead]
-	if out, err := exec.Command(bin, "nodes", "--server", leader, "--token-file", c.tokenFile, "add", "ha-web.1").CombinedOutput(); err != nil {
+	if out, err := exec.Command(c.bin, "nodes", "--server", leader, "--token-file", c.tokenFile, "add", "ha-web.1").CombinedOutput(); err != nil {
 		t.Fatalf("dpxe nodes add: %v\n%s", err, out)
 	}
 	tok, err := os.ReadFile(c.tokenFile)

@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -14,12 +12,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/discord-pxe/dpxe/appliance"
-	"github.com/discord-pxe/dpxe/fleet/store/pgtest"
 	"github.com/discord-pxe/dpxe/internal/freeport"
 	"github.com/discord-pxe/dpxe/tools/netns"
 )
@@ -103,18 +99,7 @@ func TestReplicaPartitionedFromDatabase(t *testing.T) {
 		t.Skipf("skipping: %v", err)
 	}
 	ctx := context.Background()
-	srv, err := pgtest.Start(ctx)
-	if err != nil {
-		if errors.Is(err, pgtest.ErrNotInstalled) {
-			t.Skipf("skipping: %v", err)
-		}
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Stop() })
-	dsn, err := srv.NewDatabase(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, dsn := haDatabase(t)
 	ns, err := netns.New(ctx, netip.MustParsePrefix("10.77.0.1/24"))
 	if err != nil {
 		t.Fatal(err)
@@ -148,16 +133,11 @@ func TestReplicaPartitionedFromDatabase(t *testing.T) {
 	tcpRelay(t, ln, pgAddr)
 	nsDSN := strings.Replace(dsn, pgAddr, net.JoinHostPort(hostDB, strconv.Itoa(relayPort)), 1)
 
-	dir := t.TempDir()
-	bin, err := buildDpxe(dir)
-	if err != nil {
-		t.Fatalf("build: %v", err)
-	}
-	wrapper := filepath.Join(dir, "dpxe-in-ns")
-	if err := os.WriteFile(wrapper, []byte("#!/bin/sh\nexec ip netns exec "+ns.Name+" "+bin+" \"$@\"\n"), 0o755); err != nil {
+	c := newHACluster(t, dsn, 40)
+	wrapper := filepath.Join(c.dir, "dpxe-in-ns")
+	if err := os.WriteFile(wrapper, []byte("#!/bin/sh\nexec ip netns exec "+ns.Name+" "+c.bin+" \"$@\"\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	c := &haCluster{t: t, bin: bin, dir: dir, dsn: dsn, tokenFile: filepath.Join(dir, "admin.token"), tail: 40}
 	c.bins[0], c.dsns[0] = wrapper, nsDSN
 	ports := freeport.Ports(t, 3)
 	c.addr[0] = net.JoinHostPort(nsWeb, strconv.Itoa(ports[0]))
@@ -166,13 +146,6 @@ func TestReplicaPartitionedFromDatabase(t *testing.T) {
 	if os.Getenv("DPXE_HA_MUTATION") == "partition-keeps-lead" {
 		c.leaderLease = 2 * time.Minute
 	}
-	t.Cleanup(func() {
-		for i := range c.procs {
-			if c.procs[i] != nil {
-				c.signal(i, syscall.SIGCONT)
-			}
-		}
-	})
 	// r0 first, so that it leads when the partition comes.
 	c.start(0)
 	if lead, term := c.leader(10 * haLeaderLease); lead != 0 {
@@ -186,14 +159,7 @@ func TestReplicaPartitionedFromDatabase(t *testing.T) {
 	hist := newHAHistory()
 	nodes := make([]*haNode, haNodes)
 	for i := range nodes {
-		id := fmt.Sprintf("part-node.%d", i)
-		out, err := exec.Command(bin, "nodes", "--server", c.urls()[lead], "--token-file", c.tokenFile, "add", id).CombinedOutput()
-		if err != nil {
-			t.Fatalf("dpxe nodes add: %v\n%s", err, out)
-		}
-		cred := strings.TrimSpace(strings.Split(string(out), "\n")[1])
-		nodes[i] = &haNode{id: id, cred: cred, urls: c.urls(), cur: i, owned: map[uint32]bool{}, identified: map[uint32]bool{},
-			unused: map[uint32]bool{}, hist: hist, client: &http.Client{Timeout: haNodeLease / 4}}
+		nodes[i] = c.addNode(c.urls()[lead], fmt.Sprintf("part-node.%d", i), i, hist)
 	}
 	nodeCtx, stopNodes := context.WithCancel(ctx)
 	var wg sync.WaitGroup
