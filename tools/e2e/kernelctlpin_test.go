@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -35,62 +36,9 @@ func TestKernelCheckinPinRules(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 
-	bin := filepath.Join(t.TempDir(), "dpxe")
-	if b, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/discord-pxe/dpxe/cmd/dpxe").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, b)
-	}
 	const subnet = "10.79.0"
-	ns, err := netns.New(ctx, netip.MustParsePrefix(subnet+".1/24"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Close() })
-
-	dir := t.TempDir()
-	db := filepath.Join(dir, "dpxe.db")
-	token := filepath.Join(dir, "admin.token")
-	pinOut, err := exec.CommandContext(ctx, bin, "serve", "--db", db, "--print-pin").Output()
-	if err != nil {
-		t.Fatalf("--print-pin: %v", err)
-	}
-	pin := strings.TrimSpace(string(pinOut))
-	server := "http://" + subnet + ".1:8080"
-	secure := "https://" + subnet + ".1:8443"
-	var logs bytes.Buffer
-	srv := ns.Command(ctx, bin, "serve", "--db", db, "--listen", subnet+".1:8080", "--tls-listen", subnet+".1:8443",
-		"--total-shards", "128", "--lease", "6s", "--no-dashboard")
-	srv.Stdout, srv.Stderr = &logs, &logs
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		srv.Process.Kill()
-		srv.Wait()
-		if t.Failed() {
-			t.Logf("dpxe serve log:\n%s", logs.String())
-		}
-	})
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		if _, err := ns.Run(ctx, bin, "nodes", "--server", server, "--token-file", token); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("dpxe serve did not come up:\n%s", logs.String())
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	creds := map[string]string{}
-	for _, id := range []string{"pin-ok", "pin-refused"} {
-		out, err := ns.Run(ctx, bin, "nodes", "add", id, "--server", server, "--token-file", token)
-		if err != nil {
-			t.Fatalf("dpxe nodes add: %v\n%s", err, out)
-		}
-		m := regexp.MustCompile(`cred=(\S+)`).FindStringSubmatch(out)
-		if m == nil {
-			t.Fatalf("no credential in %q", out)
-		}
-		creds[id] = m[1]
-	}
+	ps := startPinnedServe(t, ctx, subnet, 128, "pin-ok", "pin-refused")
+	ns, token, pin, server, secure, logs, creds := ps.ns, ps.token, ps.pin, ps.server, ps.secure, ps.logs, ps.creds
 	if err := ns.AddTap(ctx, "tappin0"); err != nil {
 		t.Fatal(err)
 	}
@@ -170,4 +118,76 @@ func TestKernelCheckinPinRules(t *testing.T) {
 		t.Error("the serve log shows the node credential")
 	}
 	t.Log(fmt.Sprintf("pin %s: pinned check-in over HTTPS applied its plan; pin_mismatch, no_pin, pin_needs_https refused", pin))
+}
+
+// pinnedServe is a `dpxe serve` in its own namespace SUBNET.1, with the
+// node API on http://SUBNET.1:8080 and https://SUBNET.1:8443 (its
+// self-generated identity, whose pin is pin), and nodes enrolled on it.
+type pinnedServe struct {
+	bin            string // the dpxe binary, built from this tree
+	ns             *netns.NS
+	token          string // the admin token file
+	pin            string
+	server, secure string
+	logs           *bytes.Buffer
+	creds          map[string]string // node ID -> credential
+}
+
+// startPinnedServe starts it with totalShards and a 6 s lease, waits until
+// it answers, and enrolls ids.
+func startPinnedServe(t *testing.T, ctx context.Context, subnet string, totalShards int, ids ...string) *pinnedServe {
+	t.Helper()
+	p := &pinnedServe{bin: filepath.Join(t.TempDir(), "dpxe"), logs: &bytes.Buffer{}, creds: map[string]string{},
+		server: "http://" + subnet + ".1:8080", secure: "https://" + subnet + ".1:8443"}
+	if b, err := exec.CommandContext(ctx, "go", "build", "-o", p.bin, "github.com/discord-pxe/dpxe/cmd/dpxe").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, b)
+	}
+	ns, err := netns.New(ctx, netip.MustParsePrefix(subnet+".1/24"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Close() })
+	p.ns = ns
+	dir := t.TempDir()
+	db := filepath.Join(dir, "dpxe.db")
+	p.token = filepath.Join(dir, "admin.token")
+	pinOut, err := exec.CommandContext(ctx, p.bin, "serve", "--db", db, "--print-pin").Output()
+	if err != nil {
+		t.Fatalf("--print-pin: %v", err)
+	}
+	p.pin = strings.TrimSpace(string(pinOut))
+	srv := ns.Command(ctx, p.bin, "serve", "--db", db, "--listen", subnet+".1:8080", "--tls-listen", subnet+".1:8443",
+		"--total-shards", strconv.Itoa(totalShards), "--lease", "6s", "--no-dashboard")
+	srv.Stdout, srv.Stderr = p.logs, p.logs
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		srv.Process.Kill()
+		srv.Wait()
+		if t.Failed() {
+			t.Logf("dpxe serve log:\n%s", p.logs.String())
+		}
+	})
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if _, err := ns.Run(ctx, p.bin, "nodes", "--server", p.server, "--token-file", p.token); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dpxe serve did not come up:\n%s", p.logs.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for _, id := range ids {
+		out, err := ns.Run(ctx, p.bin, "nodes", "add", id, "--server", p.server, "--token-file", p.token)
+		if err != nil {
+			t.Fatalf("dpxe nodes add: %v\n%s", err, out)
+		}
+		m := regexp.MustCompile(`cred=(\S+)`).FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("no credential in %q", out)
+		}
+		p.creds[id] = m[1]
+	}
+	return p
 }

@@ -1,9 +1,7 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"net/netip"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -39,62 +37,9 @@ func TestKernelTrustedTime(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 
-	bin := filepath.Join(t.TempDir(), "dpxe")
-	if b, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/discord-pxe/dpxe/cmd/dpxe").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, b)
-	}
 	const subnet = "10.87.0"
-	ns, err := netns.New(ctx, netip.MustParsePrefix(subnet+".1/24"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Close() })
-
-	dir := t.TempDir()
-	db := filepath.Join(dir, "dpxe.db")
-	token := filepath.Join(dir, "admin.token")
-	pinOut, err := exec.CommandContext(ctx, bin, "serve", "--db", db, "--print-pin").Output()
-	if err != nil {
-		t.Fatalf("--print-pin: %v", err)
-	}
-	pin := strings.TrimSpace(string(pinOut))
-	server := "http://" + subnet + ".1:8080"
-	secure := "https://" + subnet + ".1:8443"
-	var logs bytes.Buffer
-	srv := ns.Command(ctx, bin, "serve", "--db", db, "--listen", subnet+".1:8080", "--tls-listen", subnet+".1:8443",
-		"--total-shards", "4", "--lease", "6s", "--no-dashboard")
-	srv.Stdout, srv.Stderr = &logs, &logs
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		srv.Process.Kill()
-		srv.Wait()
-		if t.Failed() {
-			t.Logf("dpxe serve log:\n%s", logs.String())
-		}
-	})
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		if _, err := ns.Run(ctx, bin, "nodes", "--server", server, "--token-file", token); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("dpxe serve did not come up:\n%s", logs.String())
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	creds := map[string]string{}
-	for _, id := range []string{"tt-pinned", "tt-plain"} {
-		out, err := ns.Run(ctx, bin, "nodes", "add", id, "--server", server, "--token-file", token)
-		if err != nil {
-			t.Fatalf("dpxe nodes add: %v\n%s", err, out)
-		}
-		m := regexp.MustCompile(`cred=(\S+)`).FindStringSubmatch(out)
-		if m == nil {
-			t.Fatalf("no credential in %q", out)
-		}
-		creds[id] = m[1]
-	}
+	ps := startPinnedServe(t, ctx, subnet, 4, "tt-pinned", "tt-plain")
+	ns, pin, server, secure, creds := ps.ns, ps.pin, ps.server, ps.secure, ps.creds
 	if err := ns.AddTap(ctx, "taptt0"); err != nil {
 		t.Fatal(err)
 	}
