@@ -386,8 +386,10 @@ func askDNS(nsName, server, name string) (dnsmessage.RCode, []netip.Addr, error)
 // leases naming itself as the DNS server and answers for tls.test:
 //   - host names: https://tls.test:PORT/... resolved by the kernel's DNS
 //     resolver (the lease's server), the name used as SNI, Host and the
-//     name the leaf must carry; an unknown name is refused reason=dns
-//     before any TCP connection;
+//     name the leaf must carry; an unknown name (NXDOMAIN) and a name
+//     whose query is never answered (dnsmasq forwards *.invalid to an
+//     address nobody holds) are refused reason=dns before any TCP
+//     connection;
 //   - gnutls-serv with a TLS 1.3-only priority string: ChaCha20-Poly1305 and
 //     AES-128-GCM on x25519 with the ECDSA chain, the RSA-2048 chain
 //     (rsa_pss_rsae_sha256), and secp256r1 only (a HelloRetryRequest,
@@ -440,6 +442,7 @@ func TestKernelTLSGetPeers(t *testing.T) {
 	dnsmasq := ns.Command(ctx, "dnsmasq", "--no-daemon", "--conf-file=/dev/null", "--no-hosts", "--no-resolv",
 		"--interface=br0", "--bind-interfaces", "--listen-address="+subnet+".1", "--no-ping", "--pid-file=",
 		"--local=/test/", "--host-record="+name+","+subnet+".1", "--log-queries",
+		"--server=/invalid/"+subnet+".9", // nobody at .9: queries for *.invalid are never answered
 		"--dhcp-leasefile="+filepath.Join(dir, "leases"),
 		"--dhcp-range="+subnet+".100,"+subnet+".150,255.255.255.0,2m",
 		"--dhcp-option=3,"+subnet+".1", "--dhcp-option=6,"+subnet+".1")
@@ -495,15 +498,18 @@ func TestKernelTLSGetPeers(t *testing.T) {
 		reason     string      // "" for ok
 		srv        *peerServer // a Go peer: its connection is checked
 		suite, sig string
-		noTCP      bool // refused before connecting
-		inFlight   bool // the request was sent before the fault
+		dnsWhy     string // refused by the resolver with this reason, before connecting
+		inFlight   bool   // the request was sent before the fault
 	}
 	u := func(port int) string { return fmt.Sprintf("https://%s.1:%d/api/v10/gateway,%s", subnet, port, name) }
 	cases := []tcase{}
 	dnsSrv := goPeer(9443, good, faultNone)
 	cases = append(cases,
 		tcase{label: "dns-name", url: "https://" + name + ":9443/api/v10/gateway", dhcp: true, srv: dnsSrv, sig: "ecdsa_secp256r1_sha256"},
-		tcase{label: "dns-nxdomain", url: "https://missing.test:9443/api/v10/gateway", dhcp: true, reason: "dns", noTCP: true},
+		tcase{label: "dns-nxdomain", url: "https://missing.test:9443/api/v10/gateway", dhcp: true, reason: "dns",
+			dnsWhy: "DNS: no such name (NXDOMAIN)"},
+		tcase{label: "dns-timeout", url: "https://slow.invalid:9443/api/v10/gateway", dhcp: true, reason: "dns",
+			dnsWhy: "DNS: no answer from the server"},
 		tcase{label: "expired", url: u(9450), reason: "certificate_expired", srv: goPeer(9450, expired, faultNone)},
 		tcase{label: "not-yet-valid", url: u(9451), reason: "certificate_not_yet_valid", srv: goPeer(9451, notYet, faultNone)},
 		tcase{label: "bad-signature", url: u(9452), reason: "bad_signature", srv: goPeer(9452, badSig, faultNone)},
@@ -608,9 +614,9 @@ func TestKernelTLSGetPeers(t *testing.T) {
 				}
 			}
 			switch {
-			case c.noTCP:
-				if !strings.Contains(res.Serial, "tlsget: DNS: no such name (NXDOMAIN)") {
-					t.Errorf("no line naming the resolver's reason (NXDOMAIN)")
+			case c.dnsWhy != "":
+				if !regexp.MustCompile(`(?m)^tlsget: ` + regexp.QuoteMeta(c.dnsWhy) + `\r?$`).MatchString(res.Serial) {
+					t.Errorf("no line naming the resolver's reason %q", c.dnsWhy)
 				}
 				if strings.Contains(res.Serial, "tlsget: connecting to") || dnsSrv.conns.Load() != 1 {
 					t.Errorf("a connection after a failed lookup (server saw %d connections, want only dns-name's 1)", dnsSrv.conns.Load())
