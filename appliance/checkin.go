@@ -21,7 +21,7 @@ import (
 // MaxCheckinBody is the largest check-in or Identify request body, in
 // bytes. A node's largest check-in (128 live statuses and 128 released
 // sessions, kernel/node/checkin.inc CTL_BODY_MAX) is about 87 KiB.
-const MaxCheckinBody = 128 << 10
+const MaxCheckinBody = 192 << 10
 
 // MaxLastErrorLen bounds ShardStatus.LastError, in bytes.
 const MaxLastErrorLen = 200
