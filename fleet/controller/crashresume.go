@@ -46,14 +46,17 @@ type shardSession struct {
 }
 
 // noteSessionsLocked keeps the resumable sessions n reports for the shards
-// it holds. A shard n holds and reports without one (a fresh Identify
-// under way, FATAL) loses its record. Reports for shards n does not hold
+// it holds and runs (STARTING, READY, BACKOFF). A shard n runs and reports
+// without one (a fresh Identify under way, FATAL) loses its record. Reports for shards n does not hold
 // are ignored: a deposed holder never replaces the current holder's.
 func (c *Controller) noteSessionsLocked(t time.Time, n *node, reported []appliance.ShardStatus) {
 	for i := range reported {
 		st := &reported[i]
 		s := st.ID
-		if c.holder[s] != n {
+		if c.holder[s] != n || st.State == appliance.ShardAssigned {
+			// Not n's, or not running: an ASSIGNED status is a released
+			// session's last word (recordHandoffsLocked), possibly of an
+			// earlier grant, or a shard not started yet.
 			continue
 		}
 		old := c.sessions[s]
@@ -85,7 +88,8 @@ func (c *Controller) stageSessionLocked(x store.ShardSession) {
 }
 
 // crashHandoffsLocked runs when n's lease lapses: each shard n held with a
-// session n reported becomes a hand-off for the shard's next holder. The
+// session n reported under its current grant of the shard becomes a
+// hand-off for the shard's next holder. The
 // other shards n held lose their hand-offs (dropHandoffsLocked): n may have
 // resumed and advanced those sessions. noCrashResume is a deliberate
 // mutation for the tests.
@@ -96,8 +100,8 @@ func (c *Controller) crashHandoffsLocked(t time.Time, n *node) {
 	}
 	for _, s := range n.held {
 		r := c.sessions[s]
-		if r == nil || r.node != n {
-			continue
+		if r == nil || r.node != n || r.gen != c.grantGen[s] {
+			continue // none, or n's report of an earlier grant of s
 		}
 		c.offerCrashHandoffLocked(t, s, r)
 	}
