@@ -144,16 +144,31 @@ func (l *gwLab) allSessionsAt(n int64, within time.Duration) {
 // counts as acknowledged) and events_skipped equals the GUILD_CREATEs the
 // emulator sent on that shard's session.
 func TestKernelEventsSkip(t *testing.T) {
-	kernelEventsSkip(t, "10.141.0", 150, 0, false, false, "GUILD_CREATE")
+	kernelEventsSkip(t, "10.141.0", 150, 0, false, false, "GUILD_CREATE", 0)
+}
+
+// TestKernelEventsNodeKilled: TestKernelEventsHandOver's two nodes, one
+// shard each (dpxe serve with a 10 s lease); once ev-node2 has reported
+// its shard's session to the controller and the sessions reach 120
+// dispatches, ev-node2's QEMU is killed (SIGKILL): whatever it received
+// and had not stored is gone with it. Its lease lapses, the controller
+// hands the shard to ev-node from the sequence ev-node2 last reported
+// (its acknowledged one), and ev-node Resumes the same session: the
+// emulator never sees a third session (no new Identify), and dispatches
+// 1..240 of both sessions are in the stream exactly once, in order, equal
+// to the emulator's record.
+func TestKernelEventsNodeKilled(t *testing.T) {
+	kernelEventsSkip(t, "10.142.0", 240, 40, true, false, "", 120)
 }
 
 func kernelEvents(t *testing.T, subnet string, want uint64, restartAt int64, handOver, burst bool) {
-	kernelEventsSkip(t, subnet, want, restartAt, handOver, burst, "")
+	kernelEventsSkip(t, subnet, want, restartAt, handOver, burst, "", 0)
 }
 
 // kernelEventsSkip is kernelEvents with skip, an event type given to
-// --events-skip ("" for none).
-func kernelEventsSkip(t *testing.T, subnet string, want uint64, restartAt int64, handOver, burst bool, skip string) {
+// --events-skip ("" for none), and killAt: with handOver, the second node
+// is killed once both sessions sent killAt dispatches (0: never).
+func kernelEventsSkip(t *testing.T, subnet string, want uint64, restartAt int64, handOver, burst bool, skip string, killAt int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	start := time.Now()
@@ -166,7 +181,11 @@ func kernelEventsSkip(t *testing.T, subnet string, want uint64, restartAt int64,
 	if burst {
 		rate = 200
 	}
-	args := []string{"--total-shards", "2", "--lease", "30s", "--nats-auth", "--nats-listen", subnet + ".1:4222"}
+	lease := "30s"
+	if killAt > 0 {
+		lease = "10s" // the takeover waits for the killed node's lease
+	}
+	args := []string{"--total-shards", "2", "--lease", lease, "--nats-auth", "--nats-listen", subnet + ".1:4222"}
 	if skip != "" {
 		args = append(args, "--events-skip", skip)
 	}
@@ -192,6 +211,9 @@ func kernelEventsSkip(t *testing.T, subnet string, want uint64, restartAt int64,
 				t.Logf("ev-node2 nats lines:\n%s", grepLines(node2.serial.String(), "nats"))
 			}
 		}()
+		if killAt > 0 {
+			killNode(t, l, node2, killAt)
+		}
 	} else if restartAt > 0 {
 		// First the broker stops answering: frozen for 8 s, so PubAcks
 		// are missing, the node gives the connection up (5 s) and its
