@@ -150,3 +150,44 @@ func itoa(v uint32) string {
 		}
 	}
 }
+
+// TestPublishShardsKeepsMovingShards: a node may publish for the shards
+// of its range and for those it still holds outside it, until it
+// acknowledges the generation that moved them; a node whose lease lapsed
+// may publish for none.
+func TestPublishShardsKeepsMovingShards(t *testing.T) {
+	h := newHarness(t, Config{TotalShards: 4, Lease: 30 * time.Second})
+	gen := drainSetup(t, h) // a holds 0..3 and drains; b's range is 0..3, pending
+	check := func(id string, want []uint32, wantOK bool) {
+		t.Helper()
+		got, ok := h.c.PublishShards(id)
+		if ok != wantOK || len(got) != len(want) {
+			t.Fatalf("%s may publish %v (%v), want %v (%v)", id, got, ok, want, wantOK)
+		}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("%s may publish %v, want %v", id, got, want)
+			}
+		}
+	}
+	check("a", span(0, 4), true) // not released yet: it still runs them
+	check("b", span(0, 4), true)
+	h.checkinWith("a", 4, gen, released(0, "s0", 1))
+	check("a", nil, true) // released: nothing
+	h.clock.Advance(31 * time.Second)
+	h.c.Tick()
+	check("a", nil, false)
+	check("c", nil, false) // never checked in
+	// A range and held shards on both sides of it.
+	h2 := newHarness(t, Config{TotalShards: 6, Lease: 30 * time.Second})
+	h2.add("x")
+	h2.checkin("x", 6, 0)
+	h2.c.mu.Lock()
+	x := h2.c.nodes["x"]
+	x.plan = Range{Start: 2, Count: 2}
+	h2.c.mu.Unlock()
+	got, _ := h2.c.PublishShards("x")
+	if len(got) != 6 || got[0] != 0 || got[5] != 5 {
+		t.Fatalf("x: %v, want 0..5", got)
+	}
+}
