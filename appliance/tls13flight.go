@@ -17,8 +17,9 @@ import (
 const TLSFlightCorpusPath = "testdata/tlsflight/cases.bin"
 
 // TLSFlightRandLen is what the client draws: random, session id, x25519
-// private key.
-const TLSFlightRandLen = 96
+// private key, and the P-256 scalar a HelloRetryRequest selecting
+// secp256r1 asks for (read only then).
+const TLSFlightRandLen = 128
 
 // ErrTLSFlightEnd is the end of a recorded flight before the verdict
 // ("eof" in the kernel's digest).
@@ -36,7 +37,7 @@ type TLSFlightCase struct {
 }
 
 // EncodeTLSFlightCases writes per case (little-endian): u64 now, u16 host
-// length, host, u8 anchors and per anchor u32 length and DER, the 96
+// length, host, u8 anchors and per anchor u32 length and DER, the 128
 // client bytes, u8 PreferAES, u32 length and the server's bytes.
 func EncodeTLSFlightCases(cases []TLSFlightCase) []byte {
 	var w caseWriter
