@@ -112,7 +112,7 @@ func TestKernelTLSGet(t *testing.T) {
 		t.Skip(err)
 	}
 	needQEMU(t, qemu.SeaBIOS)
-	ctx, cancel := context.WithTimeout(context.Background(), 110*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
 	defer cancel()
 
 	const name = "tls.test"
