@@ -217,6 +217,19 @@ func TestTLSFlightCorpus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// the made-up HelloRetryRequests (tlsSynthRetries), each refused as
+	// named or answered before the flight ends
+	synth := []string{"unexpected_message", "illegal_parameter", "illegal_parameter", "illegal_parameter", "cookie_too_large", "eof",
+		"unexpected_message", "illegal_parameter", "illegal_parameter", "illegal_parameter", "illegal_parameter", "eof", "eof"}
+	for i, want := range synth {
+		r := ReplayTLSFlight(all[len(all)-len(synth)+i])
+		if r.Err == nil || r.Err.Error() != want {
+			t.Errorf("made-up HelloRetryRequest %d: %v, want %s", i, r.Err, want)
+		}
+		if sent := bytes.Count(r.Out, []byte{TLSContentHandshake, 3, 3}); sent != []int{1, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1}[i] {
+			t.Errorf("made-up HelloRetryRequest %d: %d second ClientHellos sent", i, sent)
+		}
+	}
 	verdicts := map[string]int{}
 	for _, c := range all {
 		r := ReplayTLSFlight(c)
