@@ -38,3 +38,30 @@ func TestTLSPostHandshake(t *testing.T) {
 	}
 	t.Logf("tls13-post digest %016x over %d cases", TLSPostDigest(), len(cases))
 }
+
+// FuzzTLSPostHandshake: any record content gets a named verdict and no
+// panic; a refusal leaves the keys as they were.
+func FuzzTLSPostHandshake(f *testing.F) {
+	for _, c := range TLSPostCases() {
+		f.Add(c)
+	}
+	f.Fuzz(func(t *testing.T, content []byte) {
+		c, _ := NewTLS13(TLSSuiteChaCha20Poly1305SHA256, TLSClient)
+		c.HandshakeSecrets(tlsPostShared())
+		c.ApplicationSecrets()
+		c.ActivateRead()
+		c.ActivateWrite()
+		rd, wr := string(c.Read.Secret), string(c.Write.Secret)
+		_, err := TLSPostHandshake(c, content)
+		if err != nil {
+			switch err {
+			case ErrTLSDecodeError, ErrTLSIllegalParameter, ErrTLSUnexpectedMessage:
+			default:
+				t.Fatalf("%x: unnamed %v", content, err)
+			}
+			if string(c.Read.Secret) != rd || string(c.Write.Secret) != wr {
+				t.Fatalf("%x: refused but the keys moved", content)
+			}
+		}
+	})
+}
