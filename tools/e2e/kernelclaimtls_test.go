@@ -37,13 +37,7 @@ func TestKernelGatewayWSSClaimsOverTLS(t *testing.T) {
 	secure := "https://" + subnet + ".1:8443"
 	wssPrepare(t, l, [4]byte{10, 132, 0, 1}, l.emu.CAPEM(), wssHost, "--listen", "127.0.0.1:8080", "--tls-listen", subnet+".1:8443",
 		"--total-shards", "2", "--max-concurrency", "2", "--lease", "15s")
-	pinOut, err := exec.CommandContext(ctx, l.bin, "serve", "--db", filepath.Join(l.dir, "dpxe.db"), "--print-pin").Output()
-	if err != nil {
-		t.Fatalf("--print-pin: %v", err)
-	}
-	pin := strings.TrimSpace(string(pinOut))
-	l.nodeController = secure
-	l.nodeConfig = func(_ int, c *appliance.BootConfig) { c.ControllerPin = pin }
+	pinLabController(t, l)
 
 	n := l.boot("gw-claimtls", "e1000", 2)
 	started := time.Now()
@@ -85,4 +79,18 @@ func TestKernelGatewayWSSClaimsOverTLS(t *testing.T) {
 	if strings.Contains(l.logs.String(), "kernel-lab-token") {
 		t.Error("the serve log shows the bot token")
 	}
+}
+
+// pinLabController points the lab's nodes at its dpxe serve's HTTPS
+// listener, started with --tls-listen SUBNET.1:8443, with the pin that
+// serve prints: their check-ins and Identify claims go over pinned TLS.
+func pinLabController(t testing.TB, l *gwLab) {
+	t.Helper()
+	out, err := exec.CommandContext(l.ctx, l.bin, "serve", "--db", filepath.Join(l.dir, "dpxe.db"), "--print-pin").Output()
+	if err != nil {
+		t.Fatalf("--print-pin: %v", err)
+	}
+	pin := strings.TrimSpace(string(out))
+	l.nodeController = "https://" + l.subnet + ".1:8443"
+	l.nodeConfig = func(_ int, c *appliance.BootConfig) { c.ControllerPin = pin }
 }
