@@ -1068,7 +1068,7 @@ func TestKernelGatewayScale(t *testing.T) {
 	}{{128, 16, "10.86.0", ladderShape{guilds: 64, readyFloor: 1.05}}, {128, 1, "10.85.0", ladderShape{}}} {
 		name := fmt.Sprintf("%d-shards-mc%d", step.n, step.mc)
 		if os.Getenv("DPXE_SCALE_WSS") == "1" {
-			step.shape.wss = true // over wss:// (untested at 128 shards so far)
+			step.shape.wss = true // over wss://, check-ins and claims over pinned https://
 			name += "-wss"
 		}
 		if step.shape.guilds > 0 {
