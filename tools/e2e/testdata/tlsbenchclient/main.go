@@ -17,6 +17,12 @@
 //	tlsbench: timing addr=HOST:PORT handshake_us=N body_us=N
 //	tlsbench: ok addr=HOST:PORT status=N bytes=N sha256=HEX suite=NAME
 //
+// then, once every server is done, one more handshake with each on a new
+// connection, without a request, to show a warm process (the first
+// handshake pays for Go's one-time set-ups: tables, FIPS 140 self-tests):
+//
+//	tlsbench: warm addr=HOST:PORT handshake_us=N
+//
 // or "tlsbench: failed addr=HOST:PORT err=..." on any error.
 // handshake_us runs from the TCP connection's establishment to the
 // handshake's end; body_us from the GET's sending to the body's end, hashed.
@@ -71,21 +77,36 @@ func main() {
 	roots := x509.NewCertPool()
 	roots.AddCert(root)
 	status := 0
-	for _, addr := range strings.Split(args["get"], "+") {
+	addrs := strings.Split(args["get"], "+")
+	for _, addr := range addrs {
 		if err := fetch(addr, args["path"], args["name"], roots); err != nil {
 			fmt.Printf("tlsbench: failed addr=%s err=%v\n", addr, err)
 			status = 1
 		}
 	}
+	for _, addr := range addrs {
+		if status != 0 {
+			break
+		}
+		conn, hs, err := handshake(addr, args["name"], roots)
+		if err != nil {
+			fmt.Printf("tlsbench: failed addr=%s err=%v\n", addr, err)
+			status = 1
+			break
+		}
+		conn.Close()
+		fmt.Printf("tlsbench: warm addr=%s handshake_us=%d\n", addr, hs.Microseconds())
+	}
 	os.Exit(status)
 }
 
-func fetch(addr, path, name string, roots *x509.CertPool) error {
+// handshake connects to addr and completes a TLS 1.3 handshake, timed
+// from the TCP connection's establishment.
+func handshake(addr, name string, roots *x509.CertPool) (*tls.Conn, time.Duration, error) {
 	c, err := net.DialTimeout("tcp4", addr, 30*time.Second)
 	if err != nil {
-		return err
+		return nil, 0, err
 	}
-	defer c.Close()
 	c.SetDeadline(time.Now().Add(10 * time.Minute))
 	start := time.Now()
 	conn := tls.Client(c, &tls.Config{
@@ -95,10 +116,19 @@ func fetch(addr, path, name string, roots *x509.CertPool) error {
 		CurvePreferences: []tls.CurveID{tls.X25519}, // the kernel's one key share
 	})
 	if err := conn.Handshake(); err != nil {
+		c.Close()
+		return nil, 0, err
+	}
+	return conn, time.Since(start), nil
+}
+
+func fetch(addr, path, name string, roots *x509.CertPool) error {
+	conn, hs, err := handshake(addr, name, roots)
+	if err != nil {
 		return err
 	}
-	hs := time.Since(start)
-	start = time.Now()
+	defer conn.Close()
+	start := time.Now()
 	if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\nUser-Agent: dpxe-tlsbench\r\n\r\n", path, name); err != nil {
 		return err
 	}
