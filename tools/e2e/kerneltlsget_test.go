@@ -48,7 +48,7 @@ type tlsgetCA struct {
 	keyPEM   []byte
 }
 
-func newTLSGetCA(t *testing.T, rootName, name string) tlsgetCA {
+func newTLSGetCA(t testing.TB, rootName, name string) tlsgetCA {
 	t.Helper()
 	now := time.Now()
 	mk := func(tmpl, parent *x509.Certificate, pub, priv any) (*x509.Certificate, []byte) {
@@ -97,7 +97,8 @@ var tlsgetLine = regexp.MustCompile(`tlsget: (ok status=(\d+) bytes=(\d+) sha256
 // P-384 root (dpxe build --trust, image.Build here) and boots it with
 // tlsget= in a namespace, once per peer: a Go crypto/tls server (P-256
 // leaf under an ECDSA-SHA384 intermediate under the root) whose body's
-// SHA-256 the kernel must print; openssl s_server -tls1_3 -www with the
+// SHA-256 the kernel must print (also for a 3 MiB body, beyond the
+// kernel's 1 MiB response buffer), with a timing line before it; openssl s_server -tls1_3 -www with the
 // same chain, once with ChaCha20-Poly1305 only and once with AES-128-GCM only,
 // and with both, where the kernel's CPUID order decides (qemu64, no AES-NI:
 // ChaCha20; -cpu max, AES-NI and PCLMULQDQ under TCG: AES-128-GCM); a Go
@@ -112,7 +113,7 @@ func TestKernelTLSGet(t *testing.T) {
 		t.Skip(err)
 	}
 	needQEMU(t, qemu.SeaBIOS)
-	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 210*time.Second)
 	defer cancel()
 
 	const name = "tls.test"
@@ -142,6 +143,12 @@ func TestKernelTLSGet(t *testing.T) {
 		body[i] = byte(rng.Uint32())
 	}
 	sum := sha256.Sum256(body)
+	// beyond the kernel's 1 MiB response buffer: hashed as it arrives
+	big := make([]byte, 3<<20+1)
+	for i := range big {
+		big[i] = byte(rng.Uint32())
+	}
+	bigSum := sha256.Sum256(big)
 	var hellos helloLog // the ClientHello randoms the Go servers saw
 	serve := func(addr string, cert tls.Certificate, maxVersion uint16, errs io.Writer, curves ...tls.CurveID) {
 		ln, err := listenInNetns(ns.Name, addr)
@@ -150,12 +157,15 @@ func TestKernelTLSGet(t *testing.T) {
 		}
 		ln = &helloListener{Listener: ln, log: &hellos}
 		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path != "/api/v10/gateway" || r.Host != name {
+			b := body
+			if r.URL.Path == "/big" {
+				b = big
+			} else if r.URL.Path != "/api/v10/gateway" || r.Host != name {
 				http.Error(w, "wrong path or host "+r.URL.Path+" "+r.Host, http.StatusNotFound)
 				return
 			}
-			w.Header().Set("Content-Length", strconv.Itoa(len(body)))
-			w.Write(body)
+			w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+			w.Write(b)
 		}), TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MaxVersion: maxVersion, CurvePreferences: curves}, ErrorLog: log.New(errs, "", 0)}
 		go srv.ServeTLS(ln, "", "")
 		t.Cleanup(func() { srv.Close() })
@@ -168,40 +178,10 @@ func TestKernelTLSGet(t *testing.T) {
 	var hrrErrs lockedBuffer
 	serve(subnet+".1:8448", good.chain, 0, &hrrErrs, tls.CurveP256)
 
-	// openssl s_server -www with the good chain, ChaCha20-Poly1305 only
-	for _, f := range []struct {
-		n string
-		b []byte
-	}{{"leaf.pem", good.leafPEM}, {"inter.pem", good.interPEM}, {"leaf.key", good.keyPEM}} {
-		if err := os.WriteFile(filepath.Join(dir, f.n), f.b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	// openssl s_server -www with the good chain, one suite each
 	haveOpenSSL := false
 	openssl := func(port, suite string) {
-		cmd := ns.Command(ctx, "openssl", "s_server", "-quiet", "-accept", subnet+".1:"+port, "-tls1_3", "-www",
-			"-cert", filepath.Join(dir, "leaf.pem"), "-key", filepath.Join(dir, "leaf.key"),
-			"-cert_chain", filepath.Join(dir, "inter.pem"), "-ciphersuites", suite)
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cmd.Cancel(); cmd.Wait() })
-		for i := 0; i < 100; i++ { // bounded: until it listens
-			err := inNetns(ns.Name, func() error {
-				c, err := net.DialTimeout("tcp4", subnet+".1:"+port, time.Second)
-				if err == nil {
-					c.Close()
-				}
-				return err
-			})
-			if err == nil {
-				return
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		t.Fatalf("openssl s_server did not listen: %s", out.String())
+		startOpenSSLServer(t, ctx, ns, dir, "", subnet+".1:"+port, good, "-www", "-ciphersuites", suite)
 	}
 	if _, err := exec.LookPath("openssl"); err == nil {
 		openssl("8446", "TLS_CHACHA20_POLY1305_SHA256")
@@ -218,6 +198,7 @@ func TestKernelTLSGet(t *testing.T) {
 		group, cpu                string // "": x25519, qemu's default CPU (qemu64)
 	}{
 		{"go", "https://" + subnet + ".1:8443/api/v10/gateway," + name, "", "", true, "", ""},
+		{"go-big", "https://" + subnet + ".1:8443/big," + name, "", "", true, "", ""},
 		{"openssl-chacha", "https://" + subnet + ".1:8446/," + name, "", "TLS_CHACHA20_POLY1305_SHA256", false, "", ""},
 		{"openssl-aes", "https://" + subnet + ".1:8447/," + name, "", "TLS_AES_128_GCM_SHA256", false, "", ""},
 		{"openssl-both-qemu64", "https://" + subnet + ".1:8449/," + name, "", "TLS_CHACHA20_POLY1305_SHA256", false, "", "qemu64"},
@@ -236,8 +217,8 @@ func TestKernelTLSGet(t *testing.T) {
 			}
 			seen[r] = true
 		}
-		if len(seen) < 5 {
-			t.Errorf("%d ClientHello randoms recorded, want one per boot against a Go server (5)", len(seen))
+		if len(seen) < 6 {
+			t.Errorf("%d ClientHello randoms recorded, want one per boot against a Go server (6)", len(seen))
 		}
 	})
 	for i, c := range cases {
@@ -312,12 +293,71 @@ func TestKernelTLSGet(t *testing.T) {
 				t.Errorf("suite %s, want %s", m[5], c.suite)
 			}
 			if c.checkBody {
-				if m[3] != strconv.Itoa(len(body)) || m[4] != hex.EncodeToString(sum[:]) {
-					t.Errorf("body bytes=%s sha256=%s, want %d %x", m[3], m[4], len(body), sum)
+				want, wantSum := body, sum
+				if c.label == "go-big" {
+					want, wantSum = big, bigSum
+				}
+				if m[3] != strconv.Itoa(len(want)) || m[4] != hex.EncodeToString(wantSum[:]) {
+					t.Errorf("body bytes=%s sha256=%s, want %d %x", m[3], m[4], len(want), wantSum)
+				}
+			}
+			// the timing line make bench reads, before the verdict
+			tm := regexp.MustCompile(`tlsget: timing handshake_us=([1-9]\d*) body_us=([1-9]\d*) aead=(\S+)\r?\n`).FindStringSubmatchIndex(res.Serial)
+			if tm == nil || tm[0] > strings.Index(res.Serial, "tlsget: ok ") {
+				t.Errorf("no timing line with non-zero figures before the verdict")
+			} else {
+				aead := res.Serial[tm[6]:tm[7]]
+				wantAEAD := map[string]bool{"chacha20poly1305-sse2": true}
+				if m[5] == "TLS_AES_128_GCM_SHA256" {
+					wantAEAD = map[string]bool{"aes128gcm-soft": true, "aes128gcm-aesni": true}
+				}
+				if !wantAEAD[aead] {
+					t.Errorf("timing line's aead=%s for suite %s", aead, m[5])
 				}
 			}
 		})
 	}
+}
+
+// startOpenSSLServer runs Debian's openssl s_server -tls1_3 in ns on addr
+// with ca's chain (leaf.pem, inter.pem and leaf.key written to dir) and the
+// extra options, from workDir when not empty, and returns once it accepts
+// connections; the test's cleanup stops it.
+func startOpenSSLServer(t testing.TB, ctx context.Context, ns *netns.NS, dir, workDir, addr string, ca tlsgetCA, extra ...string) {
+	t.Helper()
+	for _, f := range []struct {
+		n string
+		b []byte
+	}{{"leaf.pem", ca.leafPEM}, {"inter.pem", ca.interPEM}, {"leaf.key", ca.keyPEM}} {
+		if err := os.WriteFile(filepath.Join(dir, f.n), f.b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	args := append([]string{"s_server", "-quiet", "-accept", addr, "-tls1_3",
+		"-cert", filepath.Join(dir, "leaf.pem"), "-key", filepath.Join(dir, "leaf.key"),
+		"-cert_chain", filepath.Join(dir, "inter.pem")}, extra...)
+	cmd := ns.Command(ctx, "openssl", args...)
+	cmd.Dir = workDir
+	var out lockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Cancel(); cmd.Wait() })
+	for i := 0; i < 100; i++ { // bounded: until it listens
+		err := inNetns(ns.Name, func() error {
+			c, err := net.DialTimeout("tcp4", addr, time.Second)
+			if err == nil {
+				c.Close()
+			}
+			return err
+		})
+		if err == nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("openssl s_server did not listen on %s: %s", addr, out.String())
 }
 
 // helloLog keeps the Random of each ClientHello a helloListener's
