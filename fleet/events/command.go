@@ -17,8 +17,10 @@ import (
 // it wants sent, {"op":3,"d":{...}}. The node running the shard checks it
 // with CheckCommand, writes it unchanged on the shard's connection and
 // notes it in the connection's send log, then replies with a
-// CommandReply: {"status":"ok"} or an error code and a reason. The
-// kernel will mirror CheckCommand; it is the reference of the rule.
+// CommandReply: {"status":"ok"} or an error code and a reason.
+// CheckCommand is the reference of the rule and of the reply's bytes: the
+// kernel's cmd_check (kernel/node/natscmd.inc) mirrors it, compared case by
+// case with CommandCorpus (command_corpus.go).
 //
 // The rule, in the order the checks are made (the first that fails
 // names the reply):
