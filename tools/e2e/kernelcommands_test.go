@@ -187,3 +187,101 @@ func TestKernelCommands(t *testing.T) {
 		}
 	}
 }
+
+// commandTo sends body to app "bot"'s command subject of shard as a
+// request and decodes the reply; err is the request's (no responders,
+// timeout).
+func commandTo(t *testing.T, nc *nats.Conn, shard uint32, body string) (events.CommandReply, error) {
+	t.Helper()
+	subj, err := events.CommandSubject("bot", shard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := nc.Request(subj, []byte(body), 5*time.Second)
+	if err != nil {
+		return events.CommandReply{}, err
+	}
+	var r events.CommandReply
+	if err := json.Unmarshal(m.Data, &r); err != nil {
+		t.Fatalf("reply %q: %v", m.Data, err)
+	}
+	if r.Shard != shard {
+		t.Fatalf("a command for shard %d answered for shard %d: %s", shard, r.Shard, m.Data)
+	}
+	return r, nil
+}
+
+// TestKernelCommandsHandOver: node cmd-a runs shards 0 and 1 of 2 and
+// answers commands for both; a second node, cmd-b, boots, the controller
+// gives it one shard and cmd-a releases it (the broker's permission sweep
+// also drops cmd-a's connection, which comes back with its one shard).
+// Within a deadline, every shard's commands are answered ok again, the
+// moved shard's by cmd-b and the other's by cmd-a: the subscriptions
+// follow the grant, the release and the reconnect. No answer for the moved
+// shard comes from cmd-a after that, except not_owner.
+func TestKernelCommandsHandOver(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	const subnet = "10.144.0"
+	const presence = `{"op":3,"d":{"since":null,"activities":[],"status":"online","afk":false}}`
+	l := newGWLab(t, ctx, subnet, gatewayemu.Options{HeartbeatInterval: 2 * time.Second, Shards: 2, MaxConcurrency: 2,
+		MessagesPerSecond: 5}, "--total-shards", "2", "--lease", "30s", "--nats-auth", "--nats-listen", subnet+".1:4222")
+	a := l.boot("cmd-a", "virtio-net-pci", 2)
+	if a.serial.waitFor(regexp.MustCompile(`nats: connected to`), 120*time.Second) == nil {
+		t.Fatal("cmd-a did not connect to the broker")
+	}
+	l.allSessionsAt(5, 90*time.Second)
+	nc, _, _ := l.connectWorker(subnet)
+	owners := func() map[uint32]string {
+		got := map[uint32]string{}
+		for shard := uint32(0); shard < 2; shard++ {
+			if r, err := commandTo(t, nc, shard, presence); err == nil && r.Status == events.CodeOK {
+				got[shard] = r.Node
+			}
+		}
+		return got
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		if o := owners(); o[0] == "cmd-a" && o[1] == "cmd-a" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cmd-a does not answer both shards: %v", owners())
+		}
+	}
+	b := l.boot("cmd-b", "virtio-net-pci", 2)
+	if b.serial.waitFor(regexp.MustCompile(`nats: connected to`), 120*time.Second) == nil {
+		t.Fatal("cmd-b did not connect to the broker")
+	}
+	if a.serial.waitFor(regexp.MustCompile(`released`), 90*time.Second) == nil {
+		t.Fatal("cmd-a released no shard")
+	}
+	var o map[uint32]string
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(time.Second) {
+		o = owners()
+		if (o[0] == "cmd-a" && o[1] == "cmd-b") || (o[0] == "cmd-b" && o[1] == "cmd-a") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the shards' commands are not answered by cmd-a and cmd-b: %v", o)
+		}
+	}
+	moved := uint32(0)
+	if o[1] == "cmd-b" {
+		moved = 1
+	}
+	t.Logf("shard %d moved to cmd-b; answered ok by %v", moved, o)
+	for i := 0; i < 10; i++ {
+		r, err := commandTo(t, nc, moved, presence)
+		if err != nil {
+			t.Fatalf("shard %d after the move: %v", moved, err)
+		}
+		if r.Node != "cmd-b" && r.Status != events.CodeNotOwner {
+			t.Fatalf("shard %d after the move answered by %s: %+v", moved, r.Node, r)
+		}
+	}
+	if v := l.emu.ViolationsOf(gatewayemu.KindRateLimited, gatewayemu.KindAlreadyAuthenticated); len(v) != 0 {
+		t.Errorf("emulator violations: %s", violationReport(v))
+	}
+	t.Logf("cmd-a nats lines:\n%s", grepLines(a.serial.String(), "nats: "))
+}
