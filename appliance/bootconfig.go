@@ -55,7 +55,7 @@ type BootConfig struct {
 	Seed        uint32 // seed=, PRNG seed of the differential self-test
 	StaticIP    string // ip=, A.B.C.D/NN[,GW]: a static address instead of DHCP (see ParseStaticIP)
 	TCPTest     string // tcptest=, A.B.C.D:PORT[,BYTES]: the kernel's TCP client test (see ParseTCPTestSpec)
-	TLSGet      string // tlsget=, https://A.B.C.D[:PORT]/PATH[,NAME]: the kernel's HTTPS diagnostic (see ParseTLSGet)
+	TLSGet      string // tlsget=, https://HOST[:PORT]/PATH[,NAME]: the kernel's HTTPS diagnostic (see ParseTLSGet)
 	// ControllerPin is controller_pin=: the SHA-256 of the controller's
 	// TLS SubjectPublicKeyInfo, 64 lower-case hex digits (ValidatePin).
 	ControllerPin string
@@ -166,7 +166,7 @@ var bootKeys = []bootKey{
 		c.NoZlib = err == nil && n == 0
 		return err
 	}},
-	{"tlsget", "HTTPS diagnostic: https://A.B.C.D[:PORT]/PATH[,NAME] fetched once over the kernel's TLS 1.3 client (NAME: the SNI and the name the certificate must carry), one verdict line, then power off; never checks in", func(c *BootConfig, v string) error {
+	{"tlsget", "HTTPS diagnostic: https://HOST[:PORT]/PATH[,NAME] (HOST an address, or a name looked up with the DHCP lease's DNS server) fetched once over the kernel's TLS 1.3 client (NAME: the SNI and the name the certificate must carry), one verdict line, then power off; never checks in", func(c *BootConfig, v string) error {
 		if _, err := ParseTLSGet(v); err != nil {
 			return err
 		}

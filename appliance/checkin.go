@@ -19,9 +19,10 @@ import (
 // these JSON documents.
 
 // MaxCheckinBody is the largest check-in or Identify request body, in
-// bytes. A node's largest check-in (128 live statuses and 128 released
-// sessions, kernel/node/checkin.inc CTL_BODY_MAX) is about 87 KiB.
-const MaxCheckinBody = 128 << 10
+// bytes. A node's largest check-in (128 live statuses, each with its
+// resumable session, and 128 released sessions, kernel/node/checkin.inc
+// CTL_BODY_MAX) is about 136 KiB (TestKernelCheckinBodyWorstCase).
+const MaxCheckinBody = 192 << 10
 
 // MaxLastErrorLen bounds ShardStatus.LastError, in bytes.
 const MaxLastErrorLen = 200
@@ -73,8 +74,11 @@ type ShardStatus struct {
 	// resume_gateway_url of its READY and the last dispatch sequence. A
 	// node reports them for a shard it stopped because it left its
 	// assignment (closed with a non-1000 code, so the session stays
-	// resumable), and may report them for running shards. SessionID and
-	// ResumeURL come together; Seq counts only with SeqValid.
+	// resumable), and for running shards (the kernel does, with Seq the
+	// sequence it would hand over from: the acknowledged one while later
+	// dispatches await their PubAck), which the controller hands over if
+	// the node's lease lapses. SessionID and ResumeURL come together; Seq
+	// counts only with SeqValid.
 	SessionID string `json:"session_id,omitempty"` // ValidateSessionID
 	Seq       uint32 `json:"seq,omitempty"`        // last sequence; the kernel keeps 32 bits
 	ResumeURL string `json:"resume_url,omitempty"` // the Gateway URL grammar, at most MaxDialURLLen bytes (a dial URL)

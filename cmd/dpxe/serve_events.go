@@ -388,22 +388,9 @@ func natsAuthorizer(app *fleetApp, eventsApp string) (*natsauth.File, *natsauth.
 		return nil, nil, fmt.Errorf("nats-auth: %w", err)
 	}
 	ctl := app.controller
-	a, err := f.Authorizer(eventsApp, func(id string) ([]uint32, bool) {
-		for _, n := range ctl.Nodes() {
-			if n.ID != id {
-				continue
-			}
-			if !n.Live {
-				return nil, false
-			}
-			shards := make([]uint32, 0, n.RangeCount)
-			for i := uint32(0); i < n.RangeCount; i++ {
-				shards = append(shards, n.RangeStart+i)
-			}
-			return shards, true
-		}
-		return nil, false
-	})
+	// A node may publish for its range and for the shards it still holds
+	// outside it until it releases them (controller.PublishShards).
+	a, err := f.Authorizer(eventsApp, ctl.PublishShards)
 	return f, a, err
 }
 

@@ -116,6 +116,10 @@ type replica struct {
 	ready     chan struct{}
 	readyOnce sync.Once
 
+	// forwardKey signs and checks the client address of forwarded
+	// requests (serve_forwardfor.go); the same on every replica.
+	forwardKey []byte
+
 	mu        sync.Mutex
 	advertise string
 	started   time.Time
@@ -133,6 +137,13 @@ func attachHA(ctx context.Context, app *fleetApp, log *slog.Logger) (func(contex
 	r := &replica{app: app, log: log, lease: time.Duration(app.cfg.LeaderLease), id: app.cfg.ReplicaID,
 		poke: make(chan struct{}, 1), ready: make(chan struct{}), started: time.Now(), proxies: map[string]*httputil.ReverseProxy{}}
 	r.holder = "-" + hex.EncodeToString(suffix[:])
+	kctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	key, err := forwardKey(kctx, app.store)
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	r.forwardKey = key
 	app.controller.EnableHA(func(error) { r.wake() })
 	app.ha = r
 	app.mux.HandleFunc("GET /v1/replicas", r.listReplicas)
@@ -315,6 +326,10 @@ func (r *replica) forward(h http.Handler) http.Handler {
 		}
 		role := r.app.controller.Role()
 		if role.Leading {
+			if err := r.verifyForwarded(req); err != nil {
+				r.log.Warn("forwarded request's client address refused; the connection's address stands",
+					"from", req.RemoteAddr, "path", req.URL.Path, "err", err)
+			}
 			h.ServeHTTP(w, req)
 			return
 		}
@@ -326,6 +341,7 @@ func (r *replica) forward(h http.Handler) http.Handler {
 			return
 		}
 		req.Header.Set(forwardedHeader, r.id)
+		r.signForwarded(req)
 		r.proxy(role.LeaderURL).ServeHTTP(w, req)
 	})
 }

@@ -10,9 +10,11 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -464,13 +466,19 @@ func ownedShards(nodes []*haNode) int {
 // past the leader lease, SIGKILL of the leader (and
 // a restart of that replica later), SIGSTOP of the leader past its lease
 // then SIGCONT, pg_terminate_backend of the leader's database
-// connections, and a clean restart of all three in turn. The checker
+// connections, a partition of the leader or of a follower from the
+// database past the leader lease (each replica reaches PostgreSQL through
+// its own cutRelay; at least one partition is among the four), and a
+// clean restart of all three in turn. The checker
 // asserts, from the nodes' own views: never two owners of a shard at
 // once, never two used Identify grants of one bucket under the window
 // minus use_within_ms apart, never more grants than the daily budget, no
 // 5xx answer but 503 (no leader reachable: the node asks another
 // replica), and every shard owned again within a bound once the faults
-// stop. DPXE_HA_SEED picks the seed (default 1).
+// stop. After a partition of the leader a higher term must lead, and
+// the healed replica must follow it. DPXE_HA_SEED picks the seed
+// (default 1). DPXE_HA_MUTATION=partition-keeps-lead (a leader lease of
+// two minutes) makes it fail at the first partition of the leader.
 func TestReplicasSurviveFaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL and three dpxe processes")
@@ -488,6 +496,18 @@ func TestReplicasSurviveFaults(t *testing.T) {
 		tail = 400
 	}
 	c := newHACluster(t, dsn, tail)
+	if os.Getenv("DPXE_HA_MUTATION") == "partition-keeps-lead" {
+		c.leaderLease = 2 * time.Minute // the mutation: a cut-off leader keeps its lease
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var relays [3]*cutRelay
+	for i := range relays {
+		relays[i] = newCutRelay(t, u.Host)
+		c.dsns[i] = strings.Replace(dsn, u.Host, relays[i].addr(), 1)
+	}
 	for i := range 3 {
 		c.start(i)
 	}
@@ -541,9 +561,13 @@ func TestReplicasSurviveFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pg.Close()
-	faults := []string{"kill", "stop", "terminate", "kill", "stop", "terminate", "stop-follower"}
+	faults := []string{"kill", "stop", "terminate", "kill", "stop", "terminate", "stop-follower", "partition", "partition-follower"}
 	rng.Shuffle(len(faults), func(i, j int) { faults[i], faults[j] = faults[j], faults[i] })
 	faults = faults[:4]
+	if !slices.ContainsFunc(faults, func(f string) bool { return strings.HasPrefix(f, "partition") }) {
+		faults[rng.IntN(len(faults))] = []string{"partition", "partition-follower"}[rng.IntN(2)]
+	}
+	t.Logf("faults %v", faults)
 	dead := -1
 	for _, f := range faults {
 		lead, term = c.leader(10 * haLeaderLease)
@@ -574,6 +598,33 @@ func TestReplicasSurviveFaults(t *testing.T) {
 			c.signal(f, syscall.SIGSTOP)
 			time.Sleep(pause) // the fault's own length
 			c.signal(f, syscall.SIGCONT)
+		case "partition", "partition-follower":
+			p, what := lead, "leader"
+			if f == "partition-follower" {
+				p, what = (lead+1+rng.IntN(2))%3, "follower"
+				if p == dead {
+					p = 3 - lead - p
+				}
+			}
+			pause := haLeaderLease*3/2 + time.Duration(rng.IntN(1000))*time.Millisecond
+			t.Logf("partition %s r%d from the database for %v (term %d)", what, p, pause, term)
+			relays[p].setCut(true)
+			time.Sleep(pause) // the fault's own length
+			relays[p].setCut(false)
+			// The cut-off leader lost the lead to a higher term; the
+			// replica (either) follows whoever leads once it heals.
+			now, next := c.leader(bound)
+			if f == "partition" && next <= term {
+				t.Fatalf("r%d still leads term %d after a partition of %v past its lease\n%s", now, next, pause, c.logTail())
+			}
+			for end := time.Now().Add(bound); ; time.Sleep(50 * time.Millisecond) {
+				if h, ok := c.health(p); ok && h.Term >= next && (h.Role == "follower" || p == now) {
+					break
+				}
+				if time.Now().After(end) {
+					t.Fatalf("r%d does not follow term %d %v after its partition healed\n%s", p, next, bound, c.logTail())
+				}
+			}
 		case "terminate":
 			res, err := pg.ExecContext(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1`,
 				fmt.Sprintf("dpxe-r%d", lead))
@@ -613,11 +664,11 @@ func TestReplicasSurviveFaults(t *testing.T) {
 		t.Log(c.logTail())
 	}
 	_, term = c.leader(10 * haLeaderLease)
-	// Each SIGKILL or SIGSTOP of the leader moved the lease, and so did
-	// the clean restart of whichever replica led.
+	// Each SIGKILL, SIGSTOP or partition of the leader moved the lease,
+	// and so did the clean restart of whichever replica led.
 	want := uint64(2)
 	for _, f := range faults {
-		if f == "kill" || f == "stop" {
+		if f == "kill" || f == "stop" || f == "partition" {
 			want++
 		}
 	}

@@ -19,6 +19,8 @@ import (
 // forms to the leader, which checks the session and CSRF token stored in
 // the shared database and applies them; the leader's API then shows the
 // node draining, and not after the undrain. Logging in stays local.
+// Then checkForwardedFor: a check-in through the follower reaches the
+// leader with the node's own address (authenticated forwarded-for).
 func TestFollowerDashboardActions(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL and two dpxe serve replicas")
@@ -116,4 +118,5 @@ func TestFollowerDashboardActions(t *testing.T) {
 	if draining() {
 		t.Error("a drain without its CSRF token drained the node")
 	}
+	checkForwardedFor(t, c, lead)
 }

@@ -86,7 +86,10 @@ func (c *Controller) Checkin(ctx context.Context, req *appliance.CheckinRequest,
 	}
 	c.noteReadyLocked(req.Shards)
 	if len(c.handoffs) > 0 && len(req.Shards) > 0 {
-		c.settleHandoffsLocked(n, req.Shards)
+		c.settleHandoffsLocked(t, n, req.Shards)
+	}
+	if len(req.Shards) > 0 {
+		c.noteSessionsLocked(t, n, req.Shards)
 	}
 	// Acknowledgement: the node runs nothing outside this generation's
 	// range, so it no longer holds the rest. The statuses it reports for
@@ -132,6 +135,7 @@ func (c *Controller) Checkin(ctx context.Context, req *appliance.CheckinRequest,
 		case n:
 		case nil:
 			c.holder[s] = n
+			c.grantGen[s] = c.gen
 			n.held = insertSorted(n.held, s)
 			grew = true
 		default:

@@ -73,6 +73,7 @@ const (
 	// EventResumeHandoff: a node released a shard with a resumable session,
 	// now on offer to the shard's next holder.
 	EventResumeHandoff = "resume_handoff"
+	// EventCrashHandoff and EventSessionGap: crashresume.go.
 	// EventGatewayShards: GET /gateway/bot recommends another shard count.
 	EventGatewayShards = "gateway_shards"
 	// EventGatewayConcurrency: max_concurrency changed (GET /gateway/bot).
@@ -231,7 +232,13 @@ type Controller struct {
 	genSeq     uint64 // stage sequence of the current generation
 	gw         gatewayState
 	handoffs   map[uint32]*handoff // per shard: a resumable session on offer (stored only with replicas, ha.go)
-	ha         haState             // replicas (ha.go)
+	// sessions is per shard the resumable session its holder last
+	// reported, and grantGen the generation its holder was granted it
+	// under (crashresume.go); both stored.
+	sessions      map[uint32]*shardSession
+	grantGen      []uint64
+	noCrashResume bool    // a deliberate mutation (DisableCrashResume)
+	ha            haState // replicas (ha.go)
 
 	onLive   func(nodeID, addr string)        // see OnNodeLive; guarded by mu
 	onCommit func(d time.Duration, err error) // see OnCommit; guarded by mu
@@ -286,6 +293,7 @@ func load(ctx context.Context, st *store.Store, cfg Config, now func() time.Time
 		log:       log,
 		nodes:     map[string]*node{},
 		holder:    make([]*node, cfg.TotalShards),
+		grantGen:  make([]uint64, cfg.TotalShards),
 		lastGrant: make([]time.Time, cfg.MaxConcurrency),
 		answering: make([]int, cfg.MaxConcurrency),
 	}
@@ -346,6 +354,14 @@ func load(ctx context.Context, st *store.Store, cfg Config, now func() time.Time
 		}
 	} else if havePlan {
 		c.gen = plan.Generation
+	}
+	for s, n := range c.holder {
+		if n != nil {
+			c.grantGen[s] = c.gen // or the holder's stored record's, below
+		}
+	}
+	if err := c.loadSessions(ctx, t); err != nil {
+		return nil, 0, fmt.Errorf("controller: load shard sessions: %w", err)
 	}
 	// Recompute the plan once the grace is over: nodes may have joined or
 	// left after the stored plan was written. The generation moves only if
@@ -485,7 +501,7 @@ func (c *Controller) sweepLocked(t time.Time) {
 // expireLocked takes n out of the live set; the caller removes it from c.live.
 func (c *Controller) expireLocked(t time.Time, n *node) {
 	n.live = false
-	c.dropHandoffsLocked(n)
+	c.crashHandoffsLocked(t, n)
 	for _, s := range n.held {
 		if c.holder[s] == n {
 			c.holder[s] = nil

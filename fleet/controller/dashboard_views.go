@@ -151,7 +151,7 @@ func (c *Controller) IdentifyActivity(ctx context.Context, since time.Time) ([]B
 var EventKinds = []string{EventNodeFirstSeen, EventLeaseExpired, EventDrain, EventUndrain, EventPlanChanged,
 	EventIdentifyGranted, EventIdentifyRefused, EventNodeAdded, EventControllerStart, EventBudgetConfigured,
 	EventResumeHandoff, EventGatewayShards, EventGatewayConcurrency, EventRestartRequested, EventShardRestarted,
-	EventIdentifyUnused, EventNodeEnrolled, EventEnrollmentRefused, EventNodeDeleted}
+	EventIdentifyUnused, EventNodeEnrolled, EventEnrollmentRefused, EventNodeDeleted, EventCrashHandoff, EventSessionGap}
 
 // EventFilter selects audit-log entries for EventLog. Empty fields match
 // everything.

@@ -50,6 +50,7 @@ func (c *Controller) DeleteNode(ctx context.Context, id string) error {
 		delete(c.stage.nodes, n)
 		delete(c.stage.status, n)
 		delete(c.nodes, id)
+		c.forgetSessionsLocked(n)
 	}
 	c.eventLocked(t, EventNodeDeleted, id, nil, "")
 	c.log.Info("node deleted", "node", id)

@@ -126,6 +126,8 @@ type gatewayState struct {
 	discordMC      uint32
 	warnedShards   int // recommended count last reported in the log
 	budgetTotalSet int // the budget total last reported as an event
+
+	sessionGaps int // hand-offs not resumed (crashresume.go)
 }
 
 // GatewayBot is Discord's answer to GET /gateway/bot.
@@ -269,6 +271,11 @@ type GatewayView struct {
 	LastErrorAt       time.Time `json:"last_error_at,omitzero"`
 	Failures          int       `json:"consecutive_failures"`
 	Handoffs          int       `json:"resume_handoffs"` // hand-offs on offer now
+	// SessionGaps counts hand-offs (after a release or a lapsed lease)
+	// whose shard's next holder started another session instead: the old
+	// session's dispatches after the hand-off's sequence were lost. Since
+	// this controller started.
+	SessionGaps int `json:"session_gaps"`
 }
 
 // Gateway returns the Gateway state.
@@ -279,7 +286,7 @@ func (c *Controller) Gateway() GatewayView {
 	v := GatewayView{URL: gw.url, URLSource: "none", TokenSet: gw.token != "", Intents: gw.intents,
 		MaxConcurrency: c.cfg.MaxConcurrency, TotalShards: c.cfg.TotalShards, DiscordShards: gw.shards,
 		DiscordConcurrent: gw.discordMC, FetchedAt: gw.fetchedAt, LastError: gw.lastError,
-		LastErrorAt: gw.lastErrorAt, Failures: gw.failures, Handoffs: len(c.handoffs)}
+		LastErrorAt: gw.lastErrorAt, Failures: gw.failures, Handoffs: len(c.handoffs), SessionGaps: gw.sessionGaps}
 	switch {
 	case gw.fixedURL:
 		v.URLSource = "operator"
@@ -304,6 +311,7 @@ type handoff struct {
 	from  *node
 	state appliance.ResumeState
 	at    time.Time
+	crash bool // from from's last report when its lease lapsed (crashresume.go)
 }
 
 // resumable returns the hand-off a shard status offers, if any: a valid
@@ -371,12 +379,15 @@ func (c *Controller) recordHandoffsLocked(t time.Time, n *node, reported []appli
 // no longer needs: for a shard n holds, READY or FATAL, or a session other
 // than the recorded one. Statuses of shards n holds outside its range
 // count too: n may have resumed a shard that is now moving away.
-func (c *Controller) settleHandoffsLocked(n *node, reported []appliance.ShardStatus) {
+func (c *Controller) settleHandoffsLocked(t time.Time, n *node, reported []appliance.ShardStatus) {
 	for i := range reported {
 		st := &reported[i]
 		h := c.handoffs[st.ID]
 		if h == nil || c.holder[st.ID] != n {
 			continue
+		}
+		if st.SessionID != "" && st.SessionID != h.state.SessionID {
+			c.noteGapLocked(t, n, st.ID, h)
 		}
 		if st.State == appliance.ShardReady || st.State == appliance.ShardFatal ||
 			st.SessionID != "" && st.SessionID != h.state.SessionID {

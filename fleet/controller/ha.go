@@ -246,13 +246,14 @@ func (c *Controller) Observe(ctx context.Context) error {
 // (loadGrants).
 func (c *Controller) adoptLocked(fresh *Controller) {
 	c.nodes, c.live, c.holder = fresh.nodes, fresh.live, fresh.holder
+	c.sessions, c.grantGen = fresh.sessions, fresh.grantGen
 	c.gen, c.planChangedAt = fresh.gen, fresh.planChangedAt
 	c.dirty, c.lastRebalance, c.graceUntil, c.nextSweep = fresh.dirty, fresh.lastRebalance, fresh.graceUntil, fresh.nextSweep
 	c.gatherUntil = fresh.gatherUntil
 	c.lastGrant, c.answering = fresh.lastGrant, fresh.answering
 	c.grantEpoch++
 	c.order, c.budget = fresh.order, fresh.budget
-	c.handoffs = nil
+	c.handoffs = fresh.handoffs // crash hand-offs from stored sessions; Lead adds the stored ones
 	c.genSeq = 0
 	c.stepDownLocked()
 	c.stage.budget = fresh.stage.budget

@@ -26,3 +26,36 @@ func (c *Controller) natsFields(id string, resp *appliance.CheckinResponse) {
 		resp.NATS = (*fn)(id)
 	}
 }
+
+// PublishShards returns the shards node id may publish events for, and
+// false for a node that may not connect to the broker (unknown, or its
+// lease lapsed): its current range, where it will run shards, and the
+// shards it still holds outside it, which it runs until it acknowledges
+// the generation that moved them (safe hand-off). So a node keeps its
+// permission for a shard that is moving away until it stops it: its
+// last dispatches are stored rather than refused, and the next owner's
+// Resume has less to replay. Only the holder runs a shard, so the two
+// nodes permitted during a move never both publish it (a replay's copies
+// of one dispatch share their Nats-Msg-Id). Ascending, without repeats.
+func (c *Controller) PublishShards(id string) ([]uint32, bool) {
+	t := c.now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.nodes[id]
+	if n == nil || !n.live || t.After(n.deadline) {
+		return nil, false // no sweep here: it changes state, and replicas that follow must not
+	}
+	out := make([]uint32, 0, int(n.plan.Count)+len(n.held))
+	i := 0
+	for s := n.plan.Start; s < n.plan.Start+n.plan.Count; s++ {
+		for i < len(n.held) && n.held[i] < s {
+			out = append(out, n.held[i])
+			i++
+		}
+		if i < len(n.held) && n.held[i] == s {
+			i++
+		}
+		out = append(out, s)
+	}
+	return append(out, n.held[i:]...), true
+}

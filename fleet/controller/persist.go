@@ -19,7 +19,10 @@ type stage struct {
 	budget  bool
 	buckets []store.BucketGrant
 	events  []store.Event
-	seq     uint64
+	// sessions: per shard, the session record to write or drop
+	// (crashresume.go).
+	sessions map[uint32]store.ShardSession
+	seq      uint64
 }
 
 func (c *Controller) stageNodeLocked(n *node) {
@@ -74,6 +77,9 @@ func (c *Controller) snapshotLocked() (*store.Batch, uint64) {
 		bu := c.budget
 		b.Budget = &bu
 	}
+	for _, x := range c.stage.sessions {
+		b.Sessions = append(b.Sessions, x)
+	}
 	c.haBatchLocked(b)
 	seq := c.stage.seq
 	b.Durable = seq > c.flushedSeq
@@ -93,6 +99,11 @@ func (c *Controller) restageLocked(b *store.Batch) {
 	c.stage.budget = c.stage.budget || b.Budget != nil
 	c.stage.buckets = append(b.Buckets, c.stage.buckets...)
 	c.stage.events = append(b.Events, c.stage.events...)
+	for _, x := range b.Sessions {
+		if _, newer := c.stage.sessions[x.ShardID]; !newer {
+			c.stageSessionLocked(x)
+		}
+	}
 }
 
 // Flush writes every staged change to the store in one transaction.

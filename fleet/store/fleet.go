@@ -123,12 +123,15 @@ type Batch struct {
 	// Restarts, when not nil, replaces every stored FATAL-restart
 	// request: node ID → shards as ranges text.
 	Restarts map[string]string
+	// Sessions are the shards' resumable sessions to write or drop, each
+	// under its fence (sessions.go).
+	Sessions []ShardSession
 }
 
 // Empty reports whether b has nothing to write.
 func (b *Batch) Empty() bool {
 	return b.Plan == nil && len(b.Nodes) == 0 && len(b.ShardStatus) == 0 && len(b.Buckets) == 0 && b.Budget == nil && len(b.Events) == 0 &&
-		b.Handoffs == nil && b.Restarts == nil
+		b.Handoffs == nil && b.Restarts == nil && len(b.Sessions) == 0
 }
 
 // CreateNode adds a node with its credential hash. It returns ErrExists if
@@ -588,6 +591,9 @@ func (s *Store) Apply(ctx context.Context, b *Batch) (err error) {
 		}
 	}
 	if err := tx.writeHAState(ctx, b); err != nil {
+		return err
+	}
+	if err := tx.writeSessions(ctx, b.Sessions); err != nil {
 		return err
 	}
 	if len(b.Events) > 0 {

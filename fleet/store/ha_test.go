@@ -3,6 +3,9 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -345,5 +348,37 @@ func TestStalledTransactionFreesLeaderRow(t *testing.T) {
 	}
 	if _, err := tx.ExecContext(ctx, `SELECT 1`); err == nil {
 		t.Fatal("the stalled session survived")
+	}
+}
+
+func TestInitSettingFirstWins(t *testing.T) { pgtest.Each(t, testInitSettingFirstWins) }
+
+// testInitSettingFirstWins: replicas starting at once each offer their
+// own forwarding key (cmd/dpxe); all must end up with the one stored.
+func testInitSettingFirstWins(t *testing.T, dsn string) {
+	ctx := context.Background()
+	const n = 6
+	stores := make([]*Store, n)
+	for i := range stores {
+		stores[i] = openDSN(t, dsn)
+	}
+	got := make([]string, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range stores {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got[i], errs[i] = stores[i].InitSetting(ctx, "k", fmt.Sprintf("v%d", i))
+		}()
+	}
+	wg.Wait()
+	for i := range got {
+		if errs[i] != nil || got[i] != got[0] || !strings.HasPrefix(got[0], "v") {
+			t.Fatalf("InitSetting answers %q (errors %v): want one value for all", got, errs)
+		}
+	}
+	if v, err := stores[0].InitSetting(ctx, "k", "later"); err != nil || v != got[0] {
+		t.Fatalf("a later InitSetting = %q, %v; want the stored %q", v, err, got[0])
 	}
 }

@@ -24,6 +24,7 @@ var migrations = []migration{
 	{4, "fleet history", schemaV4},
 	{5, "controller replicas", schemaHA},
 	{6, "shared DHCP leases", schemaLeases},
+	{7, "shard sessions for crash resume", schemaSessions},
 }
 
 // schemaV4 is the dashboard's 24-hour fleet history (history.go): one row

@@ -261,6 +261,17 @@ func (s *Store) SetSetting(ctx context.Context, key, value string) error {
 	return err
 }
 
+// InitSetting stores value under key unless the key has a value already,
+// and returns the stored value: of several processes that call it at once,
+// all get the value of the one whose insert committed first.
+func (s *Store) InitSetting(ctx context.Context, key, value string) (string, error) {
+	if _, err := s.exec(ctx, `INSERT INTO settings(key, value) VALUES(?, ?)
+		ON CONFLICT(key) DO NOTHING`, key, value); err != nil {
+		return "", err
+	}
+	return s.Setting(ctx, key)
+}
+
 // DeleteSetting removes a settings key; a missing key is not an error.
 func (s *Store) DeleteSetting(ctx context.Context, key string) error {
 	_, err := s.exec(ctx, `DELETE FROM settings WHERE key = ?`, key)

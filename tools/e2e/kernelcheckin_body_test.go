@@ -86,8 +86,8 @@ func TestKernelCheckinBodyWorstCase(t *testing.T) {
 	if kernelMax.len > bodyMax {
 		t.Errorf("largest body the kernel can build: %d bytes, over CTL_BODY_MAX (%d)", kernelMax.len, bodyMax)
 	}
-	if want := wire.len + ckstSlots*(kernelMax.url-wire.url); kernelMax.len != want {
-		t.Errorf("kernel-max body is %d bytes, want %d (the printed one plus %d bytes per resume URL)", kernelMax.len, want, kernelMax.url-wire.url)
+	if want := wire.len + 2*ckstSlots*(kernelMax.url-wire.url); kernelMax.len != want {
+		t.Errorf("kernel-max body is %d bytes, want %d (the printed one plus %d bytes per resume URL, in every status and released entry)", kernelMax.len, want, kernelMax.url-wire.url)
 	}
 	if len(body) != wire.len {
 		t.Errorf("printed body is %d bytes, the kernel says len=%d", len(body), wire.len)
@@ -169,7 +169,10 @@ func checkCkstShards(t *testing.T, r appliance.CheckinRequest, src fs.FS) {
 		}
 		want := appliance.ShardStatus{ID: uint32(appliance.MaxTotalShards - 1 - i)}
 		if i < ckstSlots {
-			want.State, want.SeqValid = appliance.ShardStarting, false
+			// Every slot also carries its resumable session (the crash
+			// hand-off, ctl_session_json): released entry i's.
+			want.State, want.SeqValid = appliance.ShardStarting, true
+			want.SessionID, want.Seq, want.ResumeURL = ckstSessionID(i), math.MaxUint32, ckstResumeURL(i, appliance.MaxDialURLLen)
 			want.HeartbeatAcks, want.HeartbeatMisses, want.Reconnects = math.MaxUint32, math.MaxUint32, math.MaxUint32
 			want.CloseCode, want.LastError = ckstCloseCode, why
 			want.PingMS, want.PingAvgMS, want.PingMaxMS, want.AckSlow = appliance.MaxPingMS, appliance.MaxPingMS, appliance.MaxPingMS, true
@@ -236,9 +239,9 @@ func checkCkstEntryBounds(t *testing.T, body []byte, src fs.FS, urlGrow int) {
 	head := len(body)
 	longest, over := [2]int{}, [2]int{}
 	for i, e := range raw.Shards {
-		n, limit, kind := len(e)+1, statusMax, 0
+		n, limit, kind := len(e)+1+urlGrow, statusMax, 0
 		if i >= ckstSlots {
-			n, limit, kind = n+urlGrow, releasedMax, 1
+			limit, kind = releasedMax, 1
 		}
 		longest[kind] = max(longest[kind], n)
 		if n > limit {

@@ -144,7 +144,21 @@ func (l *gwLab) allSessionsAt(n int64, within time.Duration) {
 // counts as acknowledged) and events_skipped equals the GUILD_CREATEs the
 // emulator sent on that shard's session.
 func TestKernelEventsSkip(t *testing.T) {
-	kernelEventsSkip(t, "10.141.0", 150, 0, false, false, "GUILD_CREATE")
+	kernelEventsSkip(t, "10.141.0", 150, 0, false, false, "GUILD_CREATE", 0)
+}
+
+// TestKernelEventsNodeKilled: TestKernelEventsHandOver's two nodes, one
+// shard each (dpxe serve with a 10 s lease); once ev-node2 has reported
+// its shard's session to the controller and the sessions reach 120
+// dispatches, ev-node2's QEMU is killed (SIGKILL): whatever it received
+// and had not stored is gone with it. Its lease lapses, the controller
+// hands the shard to ev-node from the sequence ev-node2 last reported
+// (its acknowledged one), and ev-node Resumes the same session: the
+// emulator never sees a third session (no new Identify), and dispatches
+// 1..240 of both sessions are in the stream exactly once, in order, equal
+// to the emulator's record.
+func TestKernelEventsNodeKilled(t *testing.T) {
+	kernelEventsSkip(t, "10.142.0", 240, 40, true, false, "", 120)
 }
 
 // connectWorker adds the worker "tester" to serve's NATS credentials and
@@ -179,12 +193,13 @@ func (l *gwLab) connectWorker(subnet string) (*nats.Conn, *natsauth.File, string
 }
 
 func kernelEvents(t *testing.T, subnet string, want uint64, restartAt int64, handOver, burst bool) {
-	kernelEventsSkip(t, subnet, want, restartAt, handOver, burst, "")
+	kernelEventsSkip(t, subnet, want, restartAt, handOver, burst, "", 0)
 }
 
 // kernelEventsSkip is kernelEvents with skip, an event type given to
-// --events-skip ("" for none).
-func kernelEventsSkip(t *testing.T, subnet string, want uint64, restartAt int64, handOver, burst bool, skip string) {
+// --events-skip ("" for none), and killAt: with handOver, the second node
+// is killed once both sessions sent killAt dispatches (0: never).
+func kernelEventsSkip(t *testing.T, subnet string, want uint64, restartAt int64, handOver, burst bool, skip string, killAt int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	start := time.Now()
@@ -193,11 +208,25 @@ func kernelEventsSkip(t *testing.T, subnet string, want uint64, restartAt int64,
 	if restartAt > 0 {
 		beat = 10 * time.Second // the shards stop reading while the broker is away
 	}
+	if killAt > 0 {
+		// The emulator, like Discord as far as the research tells, closes a
+		// connection that stops heartbeating with 4009 after the interval
+		// and a quarter, and the session ends with it: the killed node's
+		// session can be Resumed only before then. 30 s leaves room for the
+		// 10 s lease, the survivor's next check-in and its Resume
+		// (docs/events.md "After a crash": Discord's 41.25 s and the default
+		// 30 s lease).
+		beat = 30 * time.Second
+	}
 	rate := 20.0
 	if burst {
 		rate = 200
 	}
-	args := []string{"--total-shards", "2", "--lease", "30s", "--nats-auth", "--nats-listen", subnet + ".1:4222"}
+	lease := "30s"
+	if killAt > 0 {
+		lease = "10s" // the takeover waits for the killed node's lease
+	}
+	args := []string{"--total-shards", "2", "--lease", lease, "--nats-auth", "--nats-listen", subnet + ".1:4222"}
 	if skip != "" {
 		args = append(args, "--events-skip", skip)
 	}
@@ -223,6 +252,9 @@ func kernelEventsSkip(t *testing.T, subnet string, want uint64, restartAt int64,
 				t.Logf("ev-node2 nats lines:\n%s", grepLines(node2.serial.String(), "nats"))
 			}
 		}()
+		if killAt > 0 {
+			killNode(t, l, node2, killAt)
+		}
 	} else if restartAt > 0 {
 		// First the broker stops answering: frozen for 8 s, so PubAcks
 		// are missing, the node gives the connection up (5 s) and its

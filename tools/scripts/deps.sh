@@ -12,8 +12,9 @@ declare -A want=(
   [smoke]="qemu-system-x86 ovmf ipxe"
   # postgresql: the store suite on both backends; prometheus: the real server (and promtool) of
   # fleet/metrics' scrape test; openssl: the s_server peer of appliance's TLS client test;
-  # nats-server: the three-process JetStream cluster of fleet/events
-  [test]="nasm qemu-system-x86 qemu-utils ovmf ipxe busybox dnsmasq-base tftp-hpa curl iproute2 chromium kmod mount util-linux e2fsprogs postgresql prometheus openssl nats-server"
+  # nats-server: the three-process JetStream cluster of fleet/events; gnutls-bin: gnutls-serv, a
+  # peer of the kernel's tlsget= (tools/e2e TestKernelTLSGetPeers)
+  [test]="nasm qemu-system-x86 qemu-utils ovmf ipxe busybox dnsmasq-base tftp-hpa curl iproute2 chromium kmod mount util-linux e2fsprogs postgresql prometheus openssl nats-server gnutls-bin"
   # linux-image-amd64: the Linux guest of BenchmarkKernelTCPDownload32MiB
   [bench]="tftpd-hpa hyperfine linux-image-amd64"
 )
