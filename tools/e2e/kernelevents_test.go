@@ -161,6 +161,37 @@ func TestKernelEventsNodeKilled(t *testing.T) {
 	kernelEventsSkip(t, "10.142.0", 240, 40, true, false, "", 120)
 }
 
+// connectWorker adds the worker "tester" to serve's NATS credentials and
+// connects it to the lab's broker (subnet.1:4222) from inside the
+// namespace; the connection is closed when the test ends. It returns the
+// credentials file and the worker's password too (neither may reach a
+// node's console).
+func (l *gwLab) connectWorker(subnet string) (*nats.Conn, *natsauth.File, string) {
+	t := l.t
+	t.Helper()
+	f, err := natsauth.Open(filepath.Join(l.dir, natsauth.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pass, err := f.AddWorker("tester")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nc *nats.Conn
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(300 * time.Millisecond) {
+		nc, err = nats.Connect("nats://"+subnet+".1:4222", nats.UserInfo("worker-tester", pass), nats.SetCustomDialer(nsDialer{l.ns.Name}),
+			nats.NoReconnect())
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("worker connect: %v", err)
+		}
+	}
+	t.Cleanup(nc.Close)
+	return nc, f, pass
+}
+
 func kernelEvents(t *testing.T, subnet string, want uint64, restartAt int64, handOver, burst bool) {
 	kernelEventsSkip(t, subnet, want, restartAt, handOver, burst, "", 0)
 }
@@ -263,26 +294,7 @@ func kernelEventsSkip(t *testing.T, subnet string, want uint64, restartAt int64,
 	}
 	l.allSessionsAt(int64(want), 90*time.Second)
 
-	f, err := natsauth.Open(filepath.Join(l.dir, natsauth.FileName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pass, err := f.AddWorker("tester")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var nc *nats.Conn
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(300 * time.Millisecond) {
-		nc, err = nats.Connect("nats://"+subnet+".1:4222", nats.UserInfo("worker-tester", pass), nats.SetCustomDialer(nsDialer{l.ns.Name}),
-			nats.NoReconnect())
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("worker connect: %v", err)
-		}
-	}
-	defer nc.Close()
+	nc, f, pass := l.connectWorker(subnet)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
