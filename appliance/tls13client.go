@@ -25,6 +25,7 @@ const (
 	tlsHSNewSessionTicket    = 4
 	tlsHSEncryptedExtensions = 8
 	tlsHSCertificate         = 11
+	tlsHSCertificateRequest  = 13
 	tlsHSCertificateVerify   = 15
 	tlsContentCCS            = 20
 	tlsHSMax                 = 1 << 14 // the largest handshake body taken (the kernel's TLSC_HS_MAX)
@@ -71,7 +72,47 @@ type TLSClientConn struct {
 	// CertificateVerify bodies and the transcript hash the latter signs
 	// (kept for the kernel's test corpus).
 	CertBody, CVBody, CVTranscript []byte
-	buf                            []byte
+	// CertRequested: the server sent a CertificateRequest; CertContext is
+	// its certificate_request_context, echoed in our empty Certificate.
+	CertRequested bool
+	CertContext   []byte
+	buf           []byte
+}
+
+// ParseTLSCertificateRequest checks a CertificateRequest body (§4.3.2):
+// a certificate_request_context of 0 to 255 bytes, then an extensions
+// block whose length is the rest of the body, each extension's header
+// and data inside it. The extensions are not otherwise read (we answer
+// with no certificate, so signature_algorithms and
+// certificate_authorities do not matter). Anything else is decode_error.
+// It returns the context (in place in body).
+func ParseTLSCertificateRequest(body []byte) ([]byte, error) {
+	if len(body) < 1 || len(body) < 1+int(body[0])+2 {
+		return nil, ErrTLSDecodeError
+	}
+	n := int(body[0])
+	ctx := body[1 : 1+n]
+	ext := body[1+n:]
+	if int(binary.BigEndian.Uint16(ext)) != len(ext)-2 {
+		return nil, ErrTLSDecodeError
+	}
+	for ext = ext[2:]; len(ext) > 0; {
+		if len(ext) < 4 || int(binary.BigEndian.Uint16(ext[2:])) > len(ext)-4 {
+			return nil, ErrTLSDecodeError
+		}
+		ext = ext[4+int(binary.BigEndian.Uint16(ext[2:])):]
+	}
+	return ctx, nil
+}
+
+// TLSEmptyCertificate is our answer to a CertificateRequest (§4.4.2):
+// a Certificate message echoing the context, with an empty
+// certificate_list.
+func TLSEmptyCertificate(ctx []byte) []byte {
+	n := 1 + len(ctx) + 3
+	msg := []byte{tlsHSCertificate, 0, byte(n >> 8), byte(n), byte(len(ctx))}
+	msg = append(msg, ctx...)
+	return append(msg, 0, 0, 0)
 }
 
 func (t *TLSClientConn) record() (byte, []byte, error) {
@@ -226,8 +267,8 @@ func TLSClientConnect(rw io.ReadWriter, cfg TLSClientConfig) (*TLSClientConn, er
 	t.c.AddTranscript(sh)
 	t.c.HandshakeSecrets(shared)
 
-	// the encrypted flight: EncryptedExtensions, Certificate,
-	// CertificateVerify, Finished, in that order
+	// the encrypted flight: EncryptedExtensions, (CertificateRequest,)
+	// Certificate, CertificateVerify, Finished, in that order
 	var certs [][]byte
 	var leaf *X509Cert
 	for step := 0; step < 4; {
@@ -259,6 +300,17 @@ func TLSClientConnect(rw io.ReadWriter, cfg TLSClientConfig) (*TLSClientConn, er
 			return nil, err
 		}
 		want := []byte{tlsHSEncryptedExtensions, tlsHSCertificate, tlsHSCertificateVerify, tlsHandshakeFinished}[step]
+		if step == 1 && msg[0] == tlsHSCertificateRequest && !t.CertRequested {
+			// §4.3.2: once, between EncryptedExtensions and the
+			// server's Certificate; a second is unexpected_message
+			ctx, err := ParseTLSCertificateRequest(msg[4:])
+			if err != nil {
+				return nil, err
+			}
+			t.CertRequested, t.CertContext = true, append([]byte(nil), ctx...)
+			t.c.AddTranscript(msg)
+			continue
+		}
 		if msg[0] != want {
 			return nil, ErrTLSUnexpectedMessage
 		}
@@ -295,9 +347,17 @@ func TLSClientConnect(rw io.ReadWriter, cfg TLSClientConfig) (*TLSClientConn, er
 		step++
 	}
 	t.c.ApplicationSecrets()
+	// asked for a certificate: an empty Certificate (no CertificateVerify
+	// follows an empty one, §4.4.3), in the transcript our Finished
+	// covers, in the same record as the Finished
+	var flight []byte
+	if t.CertRequested {
+		flight = TLSEmptyCertificate(t.CertContext)
+		t.c.AddTranscript(flight)
+	}
 	fin := FinishedMessage(t.c.FinishedVerifyData(true))
 	out := []byte{tlsContentCCS, 3, 3, 0, 1, 1} // §D.4: one ChangeCipherSpec
-	sealed, err := t.c.Seal(TLSContentHandshake, fin, 0)
+	sealed, err := t.c.Seal(TLSContentHandshake, append(flight, fin...), 0)
 	if err != nil {
 		return nil, err
 	}

@@ -2,7 +2,9 @@ package appliance
 
 import (
 	"bytes"
+	"crypto/ecdh"
 	"crypto/elliptic"
+	"encoding/binary"
 	"errors"
 	"io"
 	"os"
@@ -172,7 +174,116 @@ func tlsFlightCorpus(path string) ([]TLSFlightCase, error) {
 			out = append(out, d)
 		}
 	}
-	return append(out, tlsSynthRetries(base[0])...), nil
+	out = append(out, tlsSynthRetries(base[0])...)
+	for _, c := range base {
+		if r := ReplayTLSFlight(c); r.Conn != nil && r.Conn.CertRequested && !r.Conn.Retry {
+			return append(out, tlsSynthCertRequests(c)...), nil
+		}
+	}
+	return out, nil
+}
+
+// tlsSynthCertRequests is c's client (a recorded exchange whose server
+// sent a CertificateRequest, no HelloRetryRequest) facing its server's
+// protected flight taken apart and sealed again, as one record, with the
+// server's handshake keys (derived from the client's recorded x25519 key
+// and the server's share) after changing the CertificateRequest: a body
+// cut to nothing, a context past the end, no extensions length,
+// extensions longer and shorter than said, an extension past the block,
+// the CertificateRequest twice, before EncryptedExtensions, after the
+// Certificate, and well-formed ones with a 3-byte and a 255-byte context
+// (taken, then refused at the CertificateVerify, whose signature covered
+// the original; the echo itself is checked live). Each ends before our
+// Finished: nothing is sent but the ClientHello, or an alert.
+func tlsSynthCertRequests(c TLSFlightCase) []TLSFlightCase {
+	r := ReplayTLSFlight(c)
+	ch := r.Out[TLSRecordHeaderLen:TLSRecordLen(r.Out)]
+	srv := c.Server
+	shRec := srv[:TLSRecordLen(srv)]
+	srv = srv[len(shRec):]
+	sh := shRec[TLSRecordHeaderLen:]
+	shp, err := ParseServerHello(sh[4:], c.Rand[TLSRandomLen:TLSRandomLen+TLSSessionIDLen])
+	if err != nil {
+		return nil
+	}
+	priv, err := ecdh.X25519().NewPrivateKey(c.Rand[TLSRandomLen+TLSSessionIDLen : TLSRandomLen+TLSSessionIDLen+TLSX25519Len])
+	if err != nil {
+		return nil
+	}
+	peer, err := ecdh.X25519().NewPublicKey(shp.Key)
+	if err != nil {
+		return nil
+	}
+	shared, err := priv.ECDH(peer)
+	if err != nil {
+		return nil
+	}
+	keys := func(role TLSRole) *TLS13 {
+		k, _ := NewTLS13(shp.Suite, role)
+		k.AddTranscript(ch)
+		k.AddTranscript(sh)
+		k.HandshakeSecrets(shared)
+		return k
+	}
+	cl, sv := keys(TLSClient), keys(TLSServer)
+	// the protected handshake messages, up to the server's Finished
+	var msgs [][]byte
+	var stream []byte
+	for len(srv) > 0 && (len(msgs) == 0 || msgs[len(msgs)-1][0] != tlsHandshakeFinished) {
+		rec := srv[:TLSRecordLen(srv)]
+		srv = srv[len(rec):]
+		if rec[0] == tlsContentCCS {
+			continue
+		}
+		typ, content, _, err := cl.Open(rec)
+		if err != nil || typ != TLSContentHandshake {
+			return nil
+		}
+		stream = append(stream, content...)
+		for len(stream) >= tlsHSHeaderLen {
+			n := tlsHSHeaderLen + int(binary.BigEndian.Uint32(stream)&0xffffff)
+			if len(stream) < n {
+				break
+			}
+			msgs = append(msgs, stream[:n])
+			stream = stream[n:]
+		}
+	}
+	if len(msgs) != 5 || msgs[1][0] != tlsHSCertificateRequest {
+		return nil
+	}
+	ee, cr, cert, rest := msgs[0], msgs[1], msgs[2], bytes.Join(msgs[3:], nil)
+	body := func(b []byte) []byte {
+		return append([]byte{tlsHSCertificateRequest, 0, byte(len(b) >> 8), byte(len(b))}, b...)
+	}
+	crBody := cr[tlsHSHeaderLen:] // context length 0, extensions
+	withCtx := func(ctx []byte) []byte { return body(append(append([]byte{byte(len(ctx))}, ctx...), crBody[1:]...)) }
+	ctx255 := bytes.Repeat([]byte{0xc5}, 255)
+	join := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
+	var out []TLSFlightCase
+	for _, flight := range [][]byte{
+		join(ee, body(nil), cert, rest),
+		join(ee, body([]byte{9, 1, 2, 3}), cert, rest),
+		join(ee, body([]byte{0, 0}), cert, rest),
+		join(ee, body(append([]byte{0, byte((len(crBody) - 1) >> 8), byte(len(crBody) - 1)}, crBody[3:]...)), cert, rest),
+		join(ee, body(append([]byte{0, byte((len(crBody) - 5) >> 8), byte(len(crBody) - 5)}, crBody[3:]...)), cert, rest),
+		join(ee, body([]byte{0, 0, 4, 0, 13, 0, 1}), cert, rest),
+		join(ee, cr, cr, cert, rest),
+		join(cr, ee, cert, rest),
+		join(ee, cert, cr, rest),
+		join(ee, withCtx([]byte("abc")), cert, rest),
+		join(ee, withCtx(ctx255), cert, rest),
+	} {
+		sealed, err := sv.Seal(TLSContentHandshake, flight, 0)
+		if err != nil {
+			return nil
+		}
+		sv.Write.Seq = 0 // each case is the first record under these keys
+		d := c
+		d.Server = join(shRec, sealed)
+		out = append(out, d)
+	}
+	return out
 }
 
 // tlsSynthRetries is c's client facing made-up servers that answer with

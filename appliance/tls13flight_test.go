@@ -122,7 +122,9 @@ func flightGoServerConfig(t *testing.T, cfg *tls.Config) string {
 // s_server -tls1_3 -www with the same chain.
 func TestTLSFlightCorpus(t *testing.T) {
 	txt := filepath.Join(filepath.Dir(TLSFlightCorpusPath), "cases.txt")
-	if os.Getenv("DPXE_WRITE_TLSFLIGHT") == "1" {
+	// DPXE_WRITE_TLSFLIGHT=certreq records only the CertificateRequest
+	// exchanges and appends them to the corpus
+	if mode := os.Getenv("DPXE_WRITE_TLSFLIGHT"); mode == "1" || mode == "certreq" {
 		p256, p384 := elliptic.P256(), elliptic.P384()
 		now := time.Now()
 		span := func(tm *x509.Certificate) *x509.Certificate {
@@ -155,12 +157,35 @@ func TestTLSFlightCorpus(t *testing.T) {
 			flightRecordRefused(t, flightGoServerConfig(t, &tls.Config{Certificates: []tls.Certificate{cert}, MaxVersion: tls.VersionTLS12}),
 				host, anchors, at, false, "protocol_version"),
 		}
+		// CertificateRequests (§4.3.2), answered with an empty Certificate
+		certReq := []TLSFlightCase{
+			flightRecord(t, flightGoServerConfig(t, &tls.Config{Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequestClientCert}),
+				host, anchors, at, false),
+			flightOpenSSL(t, leaf, inter, host, anchors, at, "-groups", "X25519", "-verify", "1"),
+		}
+		certReqNames := "certreq: crypto/tls ClientAuth RequestClientCert, answered with an empty Certificate\n" +
+			"certreq: openssl s_server -verify 1, answered with an empty Certificate\n"
 		names := "crypto/tls ecdsa p256 (Discord's shape), ChaCha20 offered first\ncrypto/tls ecdsa p256, AES-128-GCM offered first\nopenssl s_server -tls1_3 -www ecdsa p256 (Discord's shape)\n" +
 			"hrr: crypto/tls P-256 only, a HelloRetryRequest answered with a P-256 share\n" +
 			"hrr: openssl s_server -groups P-256, a HelloRetryRequest answered with a P-256 share\n" +
 			"keyupdate: openssl s_server -stateless (interactive): a cookie-only HelloRetryRequest answered with the same x25519 share, KeyUpdate(update_requested) answered, then the 200 answer (eof)\n" +
 			"refused: crypto/tls, wrong name (name_mismatch)\nrefused: crypto/tls, unknown root (unknown_ca)\n" +
 			"refused: crypto/tls capped at TLS 1.2 (protocol_version, its alert)\n"
+		if mode == "certreq" {
+			raw, err := os.ReadFile(TLSFlightCorpusPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cases, err = DecodeTLSFlightCases(raw); err != nil {
+				t.Fatal(err)
+			}
+			old, err := os.ReadFile(txt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			names = string(old)
+		}
+		cases, names = append(cases, certReq...), names+certReqNames
 		if err := os.MkdirAll(filepath.Dir(TLSFlightCorpusPath), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -208,6 +233,9 @@ func TestTLSFlightCorpus(t *testing.T) {
 			t.Errorf("%s: %v %q", lines[i], r.Err, r.Data)
 			continue
 		}
+		if strings.HasPrefix(lines[i], "certreq: ") != r.Conn.CertRequested {
+			t.Errorf("%s: CertificateRequest answered %v", lines[i], r.Conn.CertRequested)
+		}
 		if strings.HasPrefix(lines[i], "hrr: ") != r.Conn.Retry {
 			t.Errorf("%s: HelloRetryRequest answered %v", lines[i], r.Conn.Retry)
 		}
@@ -221,8 +249,21 @@ func TestTLSFlightCorpus(t *testing.T) {
 	// named or answered before the flight ends
 	synth := []string{"unexpected_message", "illegal_parameter", "illegal_parameter", "illegal_parameter", "cookie_too_large", "eof",
 		"unexpected_message", "illegal_parameter", "illegal_parameter", "illegal_parameter", "illegal_parameter", "eof", "eof"}
+	// the made-up CertificateRequests (tlsSynthCertRequests), last
+	crs := []string{"decode_error", "decode_error", "decode_error", "decode_error", "decode_error", "decode_error",
+		"unexpected_message", "unexpected_message", "unexpected_message", "bad_signature", "bad_signature"}
+	for i, want := range crs {
+		r := ReplayTLSFlight(all[len(all)-len(crs)+i])
+		if r.Err == nil || r.Err.Error() != want || r.PeerAlert {
+			t.Errorf("made-up CertificateRequest %d: %v, want %s", i, r.Err, want)
+		}
+		if !bytes.Equal(r.Out, r.Out[:TLSRecordLen(r.Out)]) {
+			t.Errorf("made-up CertificateRequest %d: the client sent more than its ClientHello", i)
+		}
+	}
+	retries := all[:len(all)-len(crs)]
 	for i, want := range synth {
-		r := ReplayTLSFlight(all[len(all)-len(synth)+i])
+		r := ReplayTLSFlight(retries[len(retries)-len(synth)+i])
 		if r.Err == nil || r.Err.Error() != want {
 			t.Errorf("made-up HelloRetryRequest %d: %v, want %s", i, r.Err, want)
 		}

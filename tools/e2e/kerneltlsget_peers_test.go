@@ -159,6 +159,7 @@ type peerServer struct {
 	faulted atomic.Int32 // records the proxy changed
 	mu      sync.Mutex
 	sni     []string
+	certs   []int // per handshake, the client certificates it sent
 	errs    []string
 }
 
@@ -207,6 +208,7 @@ func (s *peerServer) handle(raw net.Conn) {
 	st := tc.ConnectionState()
 	s.mu.Lock()
 	s.sni = append(s.sni, st.ServerName)
+	s.certs = append(s.certs, len(st.PeerCertificates))
 	s.mu.Unlock()
 	br := bufio.NewReader(&countingReader{r: tc, n: &s.plain})
 	req, err := http.ReadRequest(br)
@@ -394,7 +396,10 @@ func askDNS(nsName, server, name string) (dnsmessage.RCode, []netip.Addr, error)
 //   - gnutls-serv with a TLS 1.3-only priority string: ChaCha20-Poly1305 and
 //     AES-128-GCM on x25519 with the ECDSA chain, the RSA-2048 chain
 //     (rsa_pss_rsae_sha256), and secp256r1 only (a HelloRetryRequest,
-//     refused by name until the kernel answers it);
+//     answered); each sends a CertificateRequest (gnutls-serv's default),
+//     answered with an empty Certificate;
+//   - a Go crypto/tls server with ClientAuth RequestClientCert: it must
+//     see an empty client certificate list, then the GET;
 //   - live refusals from a Go crypto/tls server the test drives itself:
 //     an expired leaf, a not-yet-valid leaf, a leaf whose signature bytes
 //     are corrupted, a chain without its intermediate, a byte flipped in
@@ -519,17 +524,22 @@ func TestKernelTLSGetPeers(t *testing.T) {
 		tcase{label: "bad-mac-handshake", url: u(9454), reason: "bad_record_mac", srv: goPeer(9454, good, faultFlipHS)},
 		tcase{label: "bad-mac-data", url: u(9455), reason: "bad_record_mac", srv: goPeer(9455, good, faultFlipApp), inFlight: true},
 		tcase{label: "truncated-record", url: u(9456), reason: "truncated_record", srv: goPeer(9456, good, faultTruncApp), inFlight: true},
+		// a CertificateRequest (§4.3.2): answered with an empty Certificate
+		tcase{label: "certificate-request", url: u(9457), sig: "ecdsa_secp256r1_sha256", srv: startPeerServer(t, ns.Name, fmt.Sprintf("%s.1:%d", subnet, 9457), &peerServer{
+			cfg: &tls.Config{Certificates: []tls.Certificate{good}, MinVersion: tls.VersionTLS13, SessionTicketsDisabled: true,
+				ClientAuth: tls.RequestClientCert},
+			body: body, host: name})},
 	)
 
 	// gnutls-serv, TLS 1.3 only: one suite and one group per server
 	if _, err := exec.LookPath("gnutls-serv"); err == nil {
 		ecChain, ecKey := writePEM(t, dir, "ecdsa", good)
 		rsaChain, rsaKey := writePEM(t, dir, "rsa", rsaCA.leaf(t, name, now.Add(-time.Hour), now.Add(24*time.Hour)))
-		// --disable-client-cert: by default gnutls-serv sends a
-		// CertificateRequest, which the kernel refuses (unexpected_message)
+		// gnutls-serv's default: a CertificateRequest, which the kernel
+		// answers with an empty Certificate
 		gnutls := func(port int, chain, key, suite, group string) {
 			prio := "NORMAL:-VERS-ALL:+VERS-TLS1.3:-CIPHER-ALL:+" + suite + ":-GROUP-ALL:+" + group
-			startInNetns(t, ctx, ns, fmt.Sprintf("%s.1:%d", subnet, port), "gnutls-serv", "--http", "--disable-client-cert", "--port", strconv.Itoa(port),
+			startInNetns(t, ctx, ns, fmt.Sprintf("%s.1:%d", subnet, port), "gnutls-serv", "--http", "--port", strconv.Itoa(port),
 				"--x509certfile", chain, "--x509keyfile", key, "--priority", prio)
 		}
 		gnutls(9460, ecChain, ecKey, "CHACHA20-POLY1305", "GROUP-X25519")
@@ -631,6 +641,9 @@ func TestKernelTLSGetPeers(t *testing.T) {
 				c.srv.mu.Lock()
 				if len(c.srv.sni) != 1 || c.srv.sni[0] != name {
 					t.Errorf("SNI %q, want [%s]", c.srv.sni, name)
+				}
+				if len(c.srv.certs) != 1 || c.srv.certs[0] != 0 {
+					t.Errorf("client certificates per handshake %v, want [0]", c.srv.certs)
 				}
 				c.srv.mu.Unlock()
 			case c.srv != nil:
