@@ -119,7 +119,10 @@ type TLS13 struct {
 	// secrets from TLS13.ApplicationSecrets until they are activated.
 	ClientAppSecret, ServerAppSecret []byte
 	Read, Write                      TLSTrafficKeys
-	transcript                       hash.Hash
+	// KeyUpdates counts the peer's KeyUpdate messages taken
+	// (TLSPostHandshake; the kernel's TLS_CONN.updates).
+	KeyUpdates int
+	transcript hash.Hash
 }
 
 // NewTLS13 starts a connection: an empty transcript and the early secret

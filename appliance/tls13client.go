@@ -12,12 +12,12 @@ import (
 // A TLS 1.3 client handshake built only from this package's references
 // (ClientHello, ServerHello, key schedule, records, EncryptedExtensions,
 // Certificate, X509VerifyChain, CertificateVerify, Finished): the order of
-// steps the kernel's state machine will follow (issue 17), tested against
-// Go's crypto/tls server. HelloRetryRequest (§4.1.4) only with
-// TLSClientConfig.HelloRetry: the kernel does not answer it yet (issue
-// 17) and refuses it as hello_retry_unsupported, as this client does
-// without the flag (the recorded flights replay that way). Not yet: KeyUpdate,
-// NewSessionTicket (skipped when it comes).
+// steps the kernel's state machine (kernel/tls/client.inc) follows, tested
+// against Go's crypto/tls server and openssl s_server. A HelloRetryRequest
+// (§4.1.4) is answered once: selecting secp256r1, with a P-256 share; with
+// a cookie only, with the same x25519 share; the cookie echoed. After the
+// handshake (ReadRecord): NewSessionTicket skipped, KeyUpdate taken
+// (TLSPostHandshake).
 
 // Handshake message types (RFC 8446 §4).
 const (
@@ -30,10 +30,18 @@ const (
 	tlsHSMax                 = 1 << 14 // the largest handshake body taken (the kernel's TLSC_HS_MAX)
 )
 
-// ErrTLSHelloRetryUnsupported: a HelloRetryRequest (well formed,
-// selecting secp256r1) without TLSClientConfig.HelloRetry, the kernel's
-// behaviour; the alert sent is handshake_failure.
-var ErrTLSHelloRetryUnsupported = errors.New("hello_retry_unsupported")
+// TLSCookieMax is the longest HelloRetryRequest cookie echoed (the
+// kernel's TLS_COOKIE_MAX: its ClientHello buffer); OpenSSL's stateless
+// cookies are about 130 bytes, crypto/tls sends none.
+const TLSCookieMax = 512
+
+// ErrTLSCookieTooLarge: a HelloRetryRequest's cookie longer than
+// TLSCookieMax (local; the alert sent is handshake_failure).
+var ErrTLSCookieTooLarge = errors.New("cookie_too_large")
+
+// ErrTLSBadKeyShare: our own P-256 scalar (from Rand, the DRBG in the
+// kernel) is 0 or not below the group order (local, internal_error).
+var ErrTLSBadKeyShare = errors.New("bad_key_share")
 
 // TLSAlertError is an alert the server sent.
 type TLSAlertError struct{ Name string }
@@ -47,11 +55,6 @@ type TLSClientConfig struct {
 	Anchors   [][]byte // DER
 	Rand      io.Reader
 	PreferAES bool // offer TLS_AES_128_GCM_SHA256 first
-	// HelloRetry answers a HelloRetryRequest selecting secp256r1 with a
-	// second ClientHello (a P-256 share whose scalar is read from Rand
-	// then, the HRR's cookie echoed); without it an HRR is
-	// hello_retry_unsupported, as in the kernel.
-	HelloRetry bool
 }
 
 // TLSClientConn is an established connection.
@@ -144,25 +147,31 @@ func TLSClientConnect(rw io.ReadWriter, cfg TLSClientConfig) (*TLSClientConn, er
 	}
 	var shared []byte
 	if shp.HRR {
-		if !cfg.HelloRetry {
-			return nil, ErrTLSHelloRetryUnsupported
-		}
 		// §4.1.4: the transcript restarts with message_hash, the hash of
 		// the first ClientHello (§4.4.1), then the HRR; the second
 		// ClientHello differs only in its share and the echoed cookie
+		if len(shp.Cookie) > TLSCookieMax {
+			return nil, ErrTLSCookieTooLarge
+		}
 		if t.c, err = NewTLS13(shp.Suite, TLSClient); err != nil {
 			return nil, err
 		}
 		t.c.AddTranscript(tlsMessageHash(ch))
 		t.c.AddTranscript(sh)
-		if _, err := io.ReadFull(cfg.Rand, k[:]); err != nil {
-			return nil, err
+		offered := TLSGroupX25519 // a cookie only: the same x25519 share
+		var p256 *ecdh.PrivateKey
+		if shp.Group == TLSGroupSecp256r1 {
+			// the scalar is read from Rand only now (a recorded flight
+			// carries it after the x25519 key)
+			if _, err := io.ReadFull(cfg.Rand, k[:]); err != nil {
+				return nil, err
+			}
+			if p256, err = ecdh.P256().NewPrivateKey(k[:]); err != nil {
+				return nil, ErrTLSBadKeyShare
+			}
+			p.P256Share = p256.PublicKey().Bytes()
+			offered = TLSGroupSecp256r1
 		}
-		p256, err := ecdh.P256().NewPrivateKey(k[:])
-		if err != nil {
-			return nil, err
-		}
-		p.P256Share = p256.PublicKey().Bytes()
 		p.Cookie = shp.Cookie
 		if ch, err = BuildClientHello(&p); err != nil {
 			return nil, err
@@ -176,18 +185,28 @@ func TLSClientConnect(rw io.ReadWriter, cfg TLSClientConfig) (*TLSClientConn, er
 		if sh, err = t.serverHello(hs, true); err != nil {
 			return nil, err
 		}
-		if shp, err = ParseServerHelloAfterRetry(sh[4:], p.SessionID[:]); err != nil {
+		if shp, err = ParseServerHelloAfterRetry(sh[4:], p.SessionID[:], offered); err != nil {
 			return nil, err
 		}
 		if shp.Suite != hrrSuite {
 			return nil, ErrTLSIllegalParameter
 		}
-		peer, err := ecdh.P256().NewPublicKey(shp.Key)
-		if err != nil {
-			return nil, ErrTLSIllegalParameter
-		}
-		if shared, err = p256.ECDH(peer); err != nil {
-			return nil, ErrTLSIllegalParameter
+		if p256 != nil {
+			peer, err := ecdh.P256().NewPublicKey(shp.Key)
+			if err != nil {
+				return nil, ErrTLSIllegalParameter
+			}
+			if shared, err = p256.ECDH(peer); err != nil {
+				return nil, ErrTLSIllegalParameter
+			}
+		} else {
+			peer, err := ecdh.X25519().NewPublicKey(shp.Key)
+			if err != nil {
+				return nil, ErrTLSIllegalParameter
+			}
+			if shared, err = priv.ECDH(peer); err != nil {
+				return nil, ErrTLSIllegalParameter
+			}
 		}
 		t.Retry = true
 	} else {
@@ -352,8 +371,9 @@ func (t *TLSClientConn) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// ReadRecord returns the next application data, skipping
-// NewSessionTicket; a close_notify is io.EOF.
+// ReadRecord returns the next application data; handshake records go to
+// TLSPostHandshake (its KeyUpdate answer is written at once); a
+// close_notify is io.EOF.
 func (t *TLSClientConn) ReadRecord() ([]byte, error) {
 	for {
 		_, r, err := t.record()
@@ -368,14 +388,83 @@ func (t *TLSClientConn) ReadRecord() ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		switch {
-		case typ == TLSContentApplicationData:
+		switch typ {
+		case TLSContentApplicationData:
 			return content, nil
-		case typ == TLSContentHandshake && len(content) >= 4 && content[0] == tlsHSNewSessionTicket &&
-			int(binary.BigEndian.Uint32(content)&0xffffff) == len(content)-4:
-			continue // accepted and ignored (one per record here)
+		case TLSContentHandshake:
+			reply, err := TLSPostHandshake(t.c, content)
+			if err != nil {
+				return nil, err
+			}
+			if reply != nil {
+				if _, err := t.rw.Write(reply); err != nil {
+					return nil, err
+				}
+			}
 		default:
 			return nil, ErrTLSUnexpectedMessage
 		}
 	}
+}
+
+// KeyUpdates is how many KeyUpdate messages the server sent (each moved
+// our read keys on).
+func (t *TLSClientConn) KeyUpdates() int { return t.c.KeyUpdates }
+
+// tlsHSKeyUpdate is the KeyUpdate handshake type (§4.6.3).
+const tlsHSKeyUpdate = 24
+
+// TLSPostHandshake takes one handshake record's content on an established
+// connection (the kernel's tls_post_handshake), message by message, each
+// whole inside the record:
+//
+//	fewer than 4 bytes left, or a length past the record's end: decode_error;
+//	NewSessionTicket: accepted and ignored (we never resume);
+//	KeyUpdate (§4.6.3): a body of other than 1 byte: decode_error; a value
+//	other than update_not_requested (0) or update_requested (1):
+//	illegal_parameter; anything after it in the record: unexpected_message
+//	(§5.1: a handshake message must not span a key change); then, when
+//	update_requested, our KeyUpdate(update_not_requested) sealed with the
+//	current write keys (the reply) and the write keys moved on (§7.2);
+//	then the read keys moved on;
+//	any other message: unexpected_message.
+//
+// The record was opened with the read keys before the update, as §4.6.3
+// says: the peer's next record is under the new ones.
+func TLSPostHandshake(c *TLS13, content []byte) (reply []byte, err error) {
+	for len(content) > 0 {
+		if len(content) < tlsHSHeaderLen {
+			return nil, ErrTLSDecodeError
+		}
+		n := int(binary.BigEndian.Uint32(content) & 0xffffff)
+		if n > len(content)-tlsHSHeaderLen {
+			return nil, ErrTLSDecodeError
+		}
+		msg := content[:tlsHSHeaderLen+n]
+		content = content[tlsHSHeaderLen+n:]
+		switch msg[0] {
+		case tlsHSNewSessionTicket:
+		case tlsHSKeyUpdate:
+			if n != 1 {
+				return nil, ErrTLSDecodeError
+			}
+			if msg[4] > 1 {
+				return nil, ErrTLSIllegalParameter
+			}
+			if len(content) > 0 {
+				return nil, ErrTLSUnexpectedMessage
+			}
+			if msg[4] == 1 {
+				if reply, err = c.Seal(TLSContentHandshake, []byte{tlsHSKeyUpdate, 0, 0, 1, 0}, 0); err != nil {
+					return nil, err
+				}
+				c.KeyUpdate(true)
+			}
+			c.KeyUpdate(false)
+			c.KeyUpdates++
+		default:
+			return nil, ErrTLSUnexpectedMessage
+		}
+	}
+	return reply, nil
 }

@@ -18,7 +18,7 @@ import (
 const TLSKernelConnBytes = 832
 
 // TLSDigestNames names the TLS digests in the order the kernel prints them.
-var TLSDigestNames = []string{"tls13-rfc8448", "tls13", "tls13-ch", "tls13-hs", "x509", "x509chain", "tls13-cert", "tls13-auth", "tls13-client"}
+var TLSDigestNames = []string{"tls13-rfc8448", "tls13", "tls13-ch", "tls13-hs", "x509", "x509chain", "tls13-cert", "tls13-auth", "tls13-client", "tls13-post"}
 
 // TLSRFC8448Fields lists, in order, the RFC 8448 values the kernel's replay
 // takes from its vector section (each as u32 little-endian length and

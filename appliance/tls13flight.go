@@ -2,6 +2,7 @@ package appliance
 
 import (
 	"bytes"
+	"crypto/elliptic"
 	"errors"
 	"io"
 	"os"
@@ -17,8 +18,9 @@ import (
 const TLSFlightCorpusPath = "testdata/tlsflight/cases.bin"
 
 // TLSFlightRandLen is what the client draws: random, session id, x25519
-// private key.
-const TLSFlightRandLen = 96
+// private key, and the P-256 scalar a HelloRetryRequest selecting
+// secp256r1 asks for (read only then).
+const TLSFlightRandLen = 128
 
 // ErrTLSFlightEnd is the end of a recorded flight before the verdict
 // ("eof" in the kernel's digest).
@@ -36,7 +38,7 @@ type TLSFlightCase struct {
 }
 
 // EncodeTLSFlightCases writes per case (little-endian): u64 now, u16 host
-// length, host, u8 anchors and per anchor u32 length and DER, the 96
+// length, host, u8 anchors and per anchor u32 length and DER, the 128
 // client bytes, u8 PreferAES, u32 length and the server's bytes.
 func EncodeTLSFlightCases(cases []TLSFlightCase) []byte {
 	var w caseWriter
@@ -136,7 +138,9 @@ func ReplayTLSFlight(c TLSFlightCase) TLSFlightResult {
 // tlsFlightCorpus is the recorded cases, then per case: the host with one
 // more label (the ClientHello, so the transcript and the handshake keys,
 // change with it: bad_record_mac), the time past the leaf's life, the
-// flight cut at 8 places, and 24 copies with one byte changed.
+// flight cut at 8 places, and 24 copies with one byte changed; then the
+// first case's client against made-up HelloRetryRequests
+// (tlsSynthRetries).
 func tlsFlightCorpus(path string) ([]TLSFlightCase, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
@@ -168,7 +172,82 @@ func tlsFlightCorpus(path string) ([]TLSFlightCase, error) {
 			out = append(out, d)
 		}
 	}
-	return out, nil
+	return append(out, tlsSynthRetries(base[0])...), nil
+}
+
+// tlsSynthRetries is c's client facing made-up servers that answer with
+// HelloRetryRequests, well formed and not (§4.1.4): a second HRR, one
+// selecting x25519 or secp384r1, one changing nothing, a cookie over
+// TLSCookieMax and one of exactly TLSCookieMax, a ChangeCipherSpec other
+// than the byte 1, a ServerHello after it with another suite, with an
+// x25519 share or a point off the curve after secp256r1, with a P-256
+// share after a cookie-only HRR; and two that derive the handshake keys
+// from a good share (P-256's generator, x25519's base point) before the
+// flight ends.
+func tlsSynthRetries(c TLSFlightCase) []TLSFlightCase {
+	sid := c.Rand[TLSRandomLen : TLSRandomLen+TLSSessionIDLen]
+	chacha, aes := TLSSuiteChaCha20Poly1305SHA256, TLSSuiteAES128GCMSHA256
+	ext := func(typ int, data []byte) []byte {
+		return append(appendU16(appendU16(nil, typ), len(data)), data...)
+	}
+	hello := func(random []byte, suite uint16, exts ...[]byte) []byte {
+		var e []byte
+		e = append(e, ext(tlsExtSupportedVersions, []byte{3, 4})...)
+		for _, x := range exts {
+			e = append(e, x...)
+		}
+		b := append([]byte{3, 3}, random...)
+		b = append(append(b, byte(len(sid))), sid...)
+		b = append(appendU16(b, int(suite)), 0)
+		b = append(appendU16(b, len(e)), e...)
+		msg := append([]byte{TLSHSServerHello, 0, byte(len(b) >> 8), byte(len(b))}, b...)
+		return append([]byte{TLSContentHandshake, 3, 3, byte(len(msg) >> 8), byte(len(msg))}, msg...)
+	}
+	group := func(g uint16) []byte { return ext(tlsExtKeyShare, appendU16(nil, int(g))) }
+	cookie := func(n int) []byte {
+		ck := make([]byte, n)
+		for i := range ck {
+			ck[i] = byte(i * 7)
+		}
+		return ext(tlsExtCookie, append(appendU16(nil, n), ck...))
+	}
+	share := func(g uint16, key []byte) []byte {
+		return ext(tlsExtKeyShare, append(appendU16(appendU16(nil, int(g)), len(key)), key...))
+	}
+	hrr := func(suite uint16, exts ...[]byte) []byte { return hello(tlsHRRRandom, suite, exts...) }
+	sh := func(suite uint16, g uint16, key []byte) []byte {
+		return hello(bytes.Repeat([]byte{0x5a}, TLSRandomLen), suite, share(g, key))
+	}
+	ccs := []byte{tlsContentCCS, 3, 3, 0, 1, 1}
+	gen := elliptic.Marshal(elliptic.P256(), elliptic.P256().Params().Gx, elliptic.P256().Params().Gy)
+	offCurve := append([]byte{4}, make([]byte, 64)...)
+	offCurve[64] = 1
+	base := make([]byte, TLSX25519Len)
+	base[0] = 9
+	join := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
+	p256 := hrr(chacha, group(TLSGroupSecp256r1))
+	only := hrr(chacha, cookie(40))
+	var out []TLSFlightCase
+	for _, server := range [][]byte{
+		join(p256, ccs, hrr(chacha, group(TLSGroupSecp256r1))),
+		hrr(chacha, group(TLSGroupX25519)),
+		hrr(chacha, group(0x0018)),
+		hrr(chacha),
+		hrr(chacha, group(TLSGroupSecp256r1), cookie(TLSCookieMax+1)),
+		join(hrr(aes, group(TLSGroupSecp256r1), cookie(TLSCookieMax)), ccs),
+		join(p256, []byte{tlsContentCCS, 3, 3, 0, 2, 1, 1}),
+		join(p256, ccs, sh(aes, TLSGroupSecp256r1, gen)),
+		join(p256, ccs, sh(chacha, TLSGroupX25519, base)),
+		join(p256, ccs, sh(chacha, TLSGroupSecp256r1, offCurve)),
+		join(only, sh(chacha, TLSGroupSecp256r1, gen)),
+		join(p256, ccs, sh(chacha, TLSGroupSecp256r1, gen)),
+		join(only, ccs, sh(chacha, TLSGroupX25519, base)),
+	} {
+		d := c
+		d.Server = server
+		out = append(out, d)
+	}
+	return out
 }
 
 // TLSFlightSection is the kernel's 'TLSFLT  ' vector section.

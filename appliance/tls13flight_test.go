@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -141,17 +142,25 @@ func TestTLSFlightCorpus(t *testing.T) {
 		cases := []TLSFlightCase{
 			flightRecord(t, flightGoServer(t, cert), host, anchors, at, false),
 			flightRecord(t, flightGoServer(t, cert), host, anchors, at, true),
-			flightOpenSSL(t, leaf, inter, host, anchors, at),
+			flightOpenSSL(t, leaf, inter, host, anchors, at, "-groups", "X25519"),
+			// HelloRetryRequests: selecting secp256r1 (crypto/tls and
+			// openssl taking P-256 only), and a cookie only (openssl
+			// -stateless: the x25519 share stays)
+			flightRecord(t, flightGoServerConfig(t, &tls.Config{Certificates: []tls.Certificate{cert}, CurvePreferences: []tls.CurveID{tls.CurveP256}}),
+				host, anchors, at, false),
+			flightOpenSSL(t, leaf, inter, host, anchors, at, "-groups", "P-256"),
+			flightKeyUpdate(t, leaf, inter, host, anchors, at),
 			flightRecordRefused(t, flightGoServer(t, cert), "wrong.example", anchors, at, false, "name_mismatch"),
 			flightRecordRefused(t, flightGoServer(t, cert), host, chainDERs([]*chainCert{other}), at, false, "unknown_ca"),
 			flightRecordRefused(t, flightGoServerConfig(t, &tls.Config{Certificates: []tls.Certificate{cert}, MaxVersion: tls.VersionTLS12}),
 				host, anchors, at, false, "protocol_version"),
-			flightRecordRefused(t, flightGoServerConfig(t, &tls.Config{Certificates: []tls.Certificate{cert}, CurvePreferences: []tls.CurveID{tls.CurveP256}}),
-				host, anchors, at, false, "hello_retry_unsupported"),
 		}
 		names := "crypto/tls ecdsa p256 (Discord's shape), ChaCha20 offered first\ncrypto/tls ecdsa p256, AES-128-GCM offered first\nopenssl s_server -tls1_3 -www ecdsa p256 (Discord's shape)\n" +
+			"hrr: crypto/tls P-256 only, a HelloRetryRequest answered with a P-256 share\n" +
+			"hrr: openssl s_server -groups P-256, a HelloRetryRequest answered with a P-256 share\n" +
+			"keyupdate: openssl s_server -stateless (interactive): a cookie-only HelloRetryRequest answered with the same x25519 share, KeyUpdate(update_requested) answered, then the 200 answer (eof)\n" +
 			"refused: crypto/tls, wrong name (name_mismatch)\nrefused: crypto/tls, unknown root (unknown_ca)\n" +
-			"refused: crypto/tls capped at TLS 1.2 (protocol_version, its alert)\nrefused: crypto/tls P-256 only, a HelloRetryRequest (hello_retry_unsupported)\n"
+			"refused: crypto/tls capped at TLS 1.2 (protocol_version, its alert)\n"
 		if err := os.MkdirAll(filepath.Dir(TLSFlightCorpusPath), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -186,15 +195,40 @@ func TestTLSFlightCorpus(t *testing.T) {
 			}
 			continue
 		}
+		if strings.HasPrefix(lines[i], "keyupdate: ") {
+			if r.Err == nil || r.Err.Error() != "eof" || !bytes.HasPrefix(r.Data, []byte("HTTP/1.0 200")) || r.Conn.KeyUpdates() != 1 ||
+				!r.Conn.Retry || r.Conn.Group != TLSGroupX25519 {
+				t.Errorf("%s: %v %q", lines[i], r.Err, r.Data)
+			} else if !bytes.Contains(r.Out, []byte{TLSContentApplicationData, 3, 3, 0, 5 + 1 + 16}) {
+				t.Errorf("%s: no sealed KeyUpdate answer among what the client sent", lines[i])
+			}
+			continue
+		}
 		if r.Err != nil || !bytes.HasPrefix(r.Data, []byte("HTTP/1.0 200")) {
 			t.Errorf("%s: %v %q", lines[i], r.Err, r.Data)
 			continue
+		}
+		if strings.HasPrefix(lines[i], "hrr: ") != r.Conn.Retry {
+			t.Errorf("%s: HelloRetryRequest answered %v", lines[i], r.Conn.Retry)
 		}
 		t.Logf("%s: suite %04x scheme %04x listed %d, %d bytes", lines[i], r.Conn.Suite, r.Conn.Scheme, r.Conn.Listed, len(r.Data))
 	}
 	all, err := tlsFlightCorpus(TLSFlightCorpusPath)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// the made-up HelloRetryRequests (tlsSynthRetries), each refused as
+	// named or answered before the flight ends
+	synth := []string{"unexpected_message", "illegal_parameter", "illegal_parameter", "illegal_parameter", "cookie_too_large", "eof",
+		"unexpected_message", "illegal_parameter", "illegal_parameter", "illegal_parameter", "illegal_parameter", "eof", "eof"}
+	for i, want := range synth {
+		r := ReplayTLSFlight(all[len(all)-len(synth)+i])
+		if r.Err == nil || r.Err.Error() != want {
+			t.Errorf("made-up HelloRetryRequest %d: %v, want %s", i, r.Err, want)
+		}
+		if sent := bytes.Count(r.Out, []byte{TLSContentHandshake, 3, 3}); sent != []int{1, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1}[i] {
+			t.Errorf("made-up HelloRetryRequest %d: %d second ClientHellos sent", i, sent)
+		}
 	}
 	verdicts := map[string]int{}
 	for _, c := range all {
@@ -209,7 +243,7 @@ func TestTLSFlightCorpus(t *testing.T) {
 		verdicts[name]++
 	}
 	t.Logf("verdicts %v", verdicts)
-	for _, want := range []string{"ok", "eof", "certificate_expired", "bad_record_mac", "unexpected_message", "name_mismatch", "unknown_ca", "protocol_version", "hello_retry_unsupported"} {
+	for _, want := range []string{"ok", "eof", "certificate_expired", "bad_record_mac", "unexpected_message", "name_mismatch", "unknown_ca", "protocol_version"} {
 		if verdicts[want] == 0 {
 			t.Errorf("no case ends %s", want)
 		}
@@ -221,8 +255,91 @@ func TestTLSFlightCorpus(t *testing.T) {
 	t.Logf("tls13-client digest %016x over %d cases", d, n)
 }
 
-// flightOpenSSL records one exchange with openssl s_server -www.
-func flightOpenSSL(t *testing.T, leaf, inter *chainCert, host string, anchors [][]byte, now int64) TLSFlightCase {
+// flightOpenSSL records one exchange with openssl s_server -www and the
+// extra options.
+func flightOpenSSL(t *testing.T, leaf, inter *chainCert, host string, anchors [][]byte, now int64, extra ...string) TLSFlightCase {
+	bin, err := exec.LookPath("openssl")
+	if err != nil {
+		t.Fatal("the corpus wants openssl")
+	}
+	dir := t.TempDir()
+	write := func(name, typ string, der []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	kder, err := x509.MarshalPKCS8PrivateKey(leaf.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	args := append([]string{"s_server", "-accept", addr, "-tls1_3", "-cert", write("l.pem", "CERTIFICATE", leaf.der),
+		"-cert_chain", write("i.pem", "CERTIFICATE", inter.der), "-key", write("k.pem", "PRIVATE KEY", kder), "-www", "-naccept", "1", "-quiet"}, extra...)
+	cmd := exec.Command(bin, args...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	return flightRecord(t, addr, host, anchors, now, false)
+}
+
+// flightKeyUpdate records an exchange with openssl s_server -stateless in
+// its interactive mode: a cookie-only HelloRetryRequest, then, once our GET has arrived, "K" on its stdin sends a
+// KeyUpdate(update_requested); once our answering KeyUpdate has arrived
+// (-msg shows it), a 200 answer typed on its stdin. The recording stops
+// when the whole answer is in (the flight then ends: "eof" on replay).
+func flightKeyUpdate(t *testing.T, leaf, inter *chainCert, host string, anchors [][]byte, now int64) TLSFlightCase {
+	const answer = "HTTP/1.0 200 OK\r\nContent-Length: 24\r\n\r\nhello after a KeyUpdate\n"
+	addr, out := openSSLInteractive(t, leaf, inter, answer)
+	raw, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	raw.SetDeadline(time.Now().Add(20 * time.Second))
+	c := TLSFlightCase{Now: now, Host: host, Anchors: anchors}
+	if _, err := rand.Read(c.Rand[:]); err != nil {
+		t.Fatal(err)
+	}
+	rc := &recConn{Conn: raw}
+	cl, err := TLSClientConnect(rc, TLSClientConfig{Host: host, Now: now, Anchors: anchors, Rand: bytes.NewReader(c.Rand[:])})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Write([]byte("GET / HTTP/1.0\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	var got []byte
+	for len(got) < len(answer) { // bounded by the deadline above
+		d, err := cl.ReadRecord()
+		if err != nil {
+			t.Fatalf("%v after %q; openssl: %s", err, got, out.String())
+		}
+		got = append(got, d...)
+	}
+	if cl.KeyUpdates() != 1 || !strings.Contains(out.String(), openSSLSawKeyUpdate) {
+		t.Fatalf("key updates %d; openssl: %s", cl.KeyUpdates(), out.String())
+	}
+	c.Server = rc.got
+	return c
+}
+
+// openSSLSawKeyUpdate is what openssl -msg prints for a KeyUpdate it read.
+const openSSLSawKeyUpdate = "<<< TLS 1.3, Handshake [length 0005], KeyUpdate"
+
+// openSSLInteractive starts openssl s_server -msg -stateless
+// (interactive, X25519; a cookie-only HelloRetryRequest first) for one
+// connection: once a GET has arrived it types "K" (a
+// KeyUpdate(update_requested)), once the client's KeyUpdate has arrived
+// it types answer. It returns the address and the server's output.
+func openSSLInteractive(t *testing.T, leaf, inter *chainCert, answer string) (string, *syncLog) {
 	bin, err := exec.LookPath("openssl")
 	if err != nil {
 		t.Fatal("the corpus wants openssl")
@@ -246,10 +363,57 @@ func flightOpenSSL(t *testing.T, leaf, inter *chainCert, host string, anchors []
 	addr := ln.Addr().String()
 	ln.Close()
 	cmd := exec.Command(bin, "s_server", "-accept", addr, "-tls1_3", "-groups", "X25519", "-cert", write("l.pem", "CERTIFICATE", leaf.der),
-		"-cert_chain", write("i.pem", "CERTIFICATE", inter.der), "-key", write("k.pem", "PRIVATE KEY", kder), "-www", "-naccept", "1", "-quiet")
+		"-cert_chain", write("i.pem", "CERTIFICATE", inter.der), "-key", write("k.pem", "PRIVATE KEY", kder), "-naccept", "1", "-msg", "-stateless")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &syncLog{}
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	return flightRecord(t, addr, host, anchors, now, false)
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	go func() {
+		if out.waitFor("GET /", 15*time.Second) {
+			io.WriteString(stdin, "K\n")
+			if out.waitFor(openSSLSawKeyUpdate, 15*time.Second) {
+				io.WriteString(stdin, answer)
+			}
+		}
+	}()
+	for i := 0; i < 100 && !out.contains("ACCEPT"); i++ { // bounded: until it listens
+		time.Sleep(50 * time.Millisecond)
+	}
+	return addr, out
+}
+
+// syncLog is a process's output, shared with the test.
+type syncLog struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func (l *syncLog) contains(s string) bool { return strings.Contains(l.String(), s) }
+
+// waitFor polls for s in the output until d has passed.
+func (l *syncLog) waitFor(s string, d time.Duration) bool {
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if l.contains(s) {
+			return true
+		}
+	}
+	return l.contains(s)
 }

@@ -16,10 +16,9 @@ import (
 
 // TestTLSClientHelloRetry runs the reference client against Go's
 // crypto/tls server configured with P-256 only: it answers the x25519
-// share with a HelloRetryRequest selecting secp256r1. With HelloRetry the
-// client sends a second ClientHello with a P-256 share and completes
-// (application data both ways); without it the HRR is hello_retry_unsupported,
-// as in the kernel.
+// share with a HelloRetryRequest selecting secp256r1. The client sends a
+// second ClientHello with a P-256 share and completes (application data
+// both ways), with either suite first.
 func TestTLSClientHelloRetry(t *testing.T) {
 	p256, p384 := elliptic.P256(), elliptic.P384()
 	root := chainMake(t, "dpxe test root P-384", caTmpl(-1), chainEC(t, p384), nil)
@@ -29,14 +28,12 @@ func TestTLSClientHelloRetry(t *testing.T) {
 	leaf := chainMake(t, "discord.test", leafTmpl(), chainEC(t, p256), inter)
 	cert := tls.Certificate{Certificate: [][]byte{leaf.der, inter.der}, PrivateKey: leaf.key}
 	for _, tc := range []struct {
-		name  string
-		retry bool
-		aes   bool
-		want  string
+		name string
+		aes  bool
+		want string
 	}{
-		{"chacha", true, false, ""},
-		{"aes", true, true, ""},
-		{"without HelloRetry", false, false, "hello_retry_unsupported"},
+		{"chacha", false, ""},
+		{"aes", true, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -81,7 +78,7 @@ func TestTLSClientHelloRetry(t *testing.T) {
 			defer raw.Close()
 			raw.SetDeadline(time.Now().Add(10 * time.Second))
 			c, err := TLSClientConnect(raw, TLSClientConfig{Host: "gateway.discord.test", Now: chainNow.Unix(),
-				Anchors: chainDERs([]*chainCert{root}), Rand: rand.Reader, PreferAES: tc.aes, HelloRetry: tc.retry})
+				Anchors: chainDERs([]*chainCert{root}), Rand: rand.Reader, PreferAES: tc.aes})
 			if tc.want != "" {
 				if err == nil || err.Error() != tc.want {
 					t.Fatalf("%v, want %s", err, tc.want)
@@ -180,7 +177,9 @@ func chExtension(t *testing.T, ch []byte) map[int][]byte {
 // and the refusals after an HRR: a second HRR (unexpected_message), a
 // ServerHello with another suite or group than the HRR's, an HRR
 // selecting x25519 (offered already) or a group never offered
-// (illegal_parameter).
+// (illegal_parameter), a cookie over TLSCookieMax (cookie_too_large); and
+// after a cookie-only HRR, the same x25519 share with the cookie, and a
+// P-256 share in the answer refused (illegal_parameter).
 func TestTLSClientHelloRetryScripted(t *testing.T) {
 	cookie := []byte("dpxe-cookie-0123456789")
 	rnd := bytes.Repeat([]byte{7}, 200)
@@ -203,21 +202,26 @@ func TestTLSClientHelloRetryScripted(t *testing.T) {
 		b = append(appendU16(b, len(ext)), ext...)
 		return append([]byte{TLSHSServerHello, 0, byte(len(b) >> 8), byte(len(b))}, b...)
 	}
+	same := hrrMessage(sid, chacha, 0, cookie) // a cookie only: the x25519 share stays
 	for _, tc := range []struct {
 		name    string
 		answers [][]byte
 		want    string
+		x25519  bool // the second ClientHello keeps the first's share
 	}{
-		{"second HRR", [][]byte{hrr, hrr}, "unexpected_message"},
-		{"HRR selecting x25519", [][]byte{hrrMessage(sid, chacha, TLSGroupX25519, nil)}, "illegal_parameter"},
-		{"HRR selecting secp384r1", [][]byte{hrrMessage(sid, chacha, 0x0018, nil)}, "illegal_parameter"},
-		{"suite changed", [][]byte{hrr, shX(TLSSuiteAES128GCMSHA256, TLSGroupSecp256r1, TLSP256ShareLen)}, "illegal_parameter"},
-		{"x25519 share after the HRR", [][]byte{hrr, shX(chacha, TLSGroupX25519, TLSX25519Len)}, "illegal_parameter"},
-		{"no answer", [][]byte{hrr}, "EOF"},
+		{"second HRR", [][]byte{hrr, hrr}, "unexpected_message", false},
+		{"HRR selecting x25519", [][]byte{hrrMessage(sid, chacha, TLSGroupX25519, nil)}, "illegal_parameter", false},
+		{"HRR selecting secp384r1", [][]byte{hrrMessage(sid, chacha, 0x0018, nil)}, "illegal_parameter", false},
+		{"suite changed", [][]byte{hrr, shX(TLSSuiteAES128GCMSHA256, TLSGroupSecp256r1, TLSP256ShareLen)}, "illegal_parameter", false},
+		{"x25519 share after the HRR", [][]byte{hrr, shX(chacha, TLSGroupX25519, TLSX25519Len)}, "illegal_parameter", false},
+		{"no answer", [][]byte{hrr}, "EOF", false},
+		{"cookie too large", [][]byte{hrrMessage(sid, chacha, TLSGroupSecp256r1, bytes.Repeat([]byte{1}, TLSCookieMax+1))}, "cookie_too_large", false},
+		{"cookie only, then P-256", [][]byte{same, shX(chacha, TLSGroupSecp256r1, TLSP256ShareLen)}, "illegal_parameter", true},
+		{"cookie only, no answer", [][]byte{same}, "EOF", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := &scriptConn{answers: tc.answers}
-			_, err := TLSClientConnect(s, TLSClientConfig{Host: "discord.test", Rand: bytes.NewReader(rnd), HelloRetry: true})
+			_, err := TLSClientConnect(s, TLSClientConfig{Host: "discord.test", Rand: bytes.NewReader(rnd)})
 			if err == nil || err.Error() != tc.want {
 				t.Fatalf("%v, want %s", err, tc.want)
 			}
@@ -230,7 +234,11 @@ func TestTLSClientHelloRetryScripted(t *testing.T) {
 			}
 			e1, e2 := chExtension(t, ch1), chExtension(t, ch2)
 			ks := e2[tlsExtKeyShare]
-			if len(ks) != 2+4+TLSP256ShareLen || binary.BigEndian.Uint16(ks[2:]) != TLSGroupSecp256r1 || ks[6] != 4 {
+			if tc.x25519 {
+				if !bytes.Equal(ks, e1[tlsExtKeyShare]) {
+					t.Errorf("second key_share %x, want the first's %x", ks, e1[tlsExtKeyShare])
+				}
+			} else if len(ks) != 2+4+TLSP256ShareLen || binary.BigEndian.Uint16(ks[2:]) != TLSGroupSecp256r1 || ks[6] != 4 {
 				t.Errorf("second key_share %x", ks)
 			}
 			if c := e2[tlsExtCookie]; len(c) < 2 || !bytes.Equal(c[2:], cookie) {

@@ -315,16 +315,17 @@ func ParseServerHello(body []byte, sessionID []byte) (*TLSServerHello, error) {
 }
 
 // ParseServerHelloAfterRetry checks the ServerHello that answers the
-// second ClientHello (after a HelloRetryRequest selecting secp256r1) as
-// ParseServerHello does, except that its key_share must be secp256r1 with
-// a 65-byte key (else illegal_parameter) and a second HelloRetryRequest
-// is unexpected_message (§4.1.4). The caller checks that the suite is the
-// HRR's.
-func ParseServerHelloAfterRetry(body []byte, sessionID []byte) (*TLSServerHello, error) {
+// second ClientHello (after a HelloRetryRequest) as ParseServerHello does,
+// except that its key_share must be the group offered in that second
+// ClientHello (secp256r1 with a 65-byte key after an HRR selecting it,
+// x25519 with 32 bytes after a cookie-only HRR; else illegal_parameter)
+// and that a second HelloRetryRequest is unexpected_message, named before
+// anything else (§4.1.4). The caller checks that the suite is the HRR's.
+func ParseServerHelloAfterRetry(body []byte, sessionID []byte, offered uint16) (*TLSServerHello, error) {
 	if len(body) >= 2+TLSRandomLen && bytes.Equal(body[2:2+TLSRandomLen], tlsHRRRandom) {
 		return nil, ErrTLSUnexpectedMessage
 	}
-	return parseServerHello(body, sessionID, TLSGroupSecp256r1)
+	return parseServerHello(body, sessionID, offered)
 }
 
 func parseServerHello(body []byte, sessionID []byte, offered uint16) (*TLSServerHello, error) {

@@ -102,6 +102,7 @@ text_start:
 %include "tls/tls.inc"			; TLS 1.3 (before gateway/: GWS holds a TLS_CONN)
 %include "gateway/gateway.inc"	; per-shard Gateway sessions
 %include "node/natsnode.inc"		; event delivery: the node's NATS client
+%include "node/natscmd.inc"		; ... and the Gateway commands workers send back
 %include "selftest/lib_selftest.inc"
 %include "selftest/inflate_selftest.inc"	; lib/inflate.inc
 %include "selftest/gwscan_selftest.inc"	; lib/gwscan.inc

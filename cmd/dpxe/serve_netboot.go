@@ -60,7 +60,7 @@ func init() {
 			fs.Var(&f.reserve, "reserve", "authoritative mode: static reservation MAC=IP (repeatable)")
 			fs.StringVar(&f.bootDir, "boot-dir", "out", "directory with kernel.bin (make image's output)")
 			fs.StringVar(&f.ipxeDir, "ipxe-dir", netboot.DefaultIPXEDir, "directory with Debian's iPXE binaries (package ipxe)")
-			fs.StringVar(&f.controller, "controller-url", "", "controller URL put on kernel command lines (default http://<interface IP>:<--listen port>)")
+			fs.StringVar(&f.controller, "controller-url", "", "controller URL put on kernel command lines (default https://<interface IP>:<--tls-listen port> with its pin when --tls-listen is set, else http://<interface IP>:<--listen port>; give an http:// URL to keep nodes on plain HTTP)")
 			fs.BoolVar(&f.ipv6NoRouter, "ipv6-no-router", false, "answer IPv6 router solicitations on --interface so iPXE does not wait ~15 s for IPv6")
 			fs.StringVar(&f.tftp, "tftp", "", "TFTP listen address (default <interface IP>:69, \"off\" disables it)")
 			fs.BoolVar(&f.proxyEnroll, "proxy-enroll", false, "with --dhcp proxy: let approved machines enroll over the network although proxy DHCP cannot tell which address a MAC has (any host on the boot LAN that answers first after a machine's DHCP can then enroll as it while it is not live; see docs/security.md)")
@@ -149,7 +149,7 @@ func attachNetboot(ctx context.Context, app *fleetApp, log *slog.Logger) (func(c
 	base := "http://" + net.JoinHostPort(ip.String(), port)
 	controllerURL := f.controller
 	if controllerURL == "" {
-		controllerURL = base
+		controllerURL = defaultControllerURL(base, ip, app.cfg.tlsConfig.TLSListen, app.tls != nil)
 	}
 	// Nodes pin the controller's key when it is reached over https://
 	// (a pin with an http:// controller would make the node refuse it).
@@ -324,4 +324,19 @@ func listenCovers(listen string, ip netip.Addr) bool {
 		return false
 	}
 	return host == "" || host == "0.0.0.0" || host == "::"
+}
+
+// defaultControllerURL is the controller URL boot scripts carry when
+// --controller-url is not given: https:// on the boot address and
+// --tls-listen's port when this controller has a TLS identity (the
+// scripts then carry its pin too), else base (http:// and --listen's port).
+func defaultControllerURL(base string, ip netip.Addr, tlsListen string, hasIdentity bool) string {
+	if tlsListen == "" || !hasIdentity {
+		return base
+	}
+	_, port, err := net.SplitHostPort(tlsListen)
+	if err != nil {
+		return base
+	}
+	return "https://" + net.JoinHostPort(ip.String(), port)
 }

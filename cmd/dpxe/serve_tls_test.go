@@ -166,3 +166,25 @@ func TestTLSBootListener(t *testing.T) {
 		t.Fatalf("run: %v", err)
 	}
 }
+
+// TestDefaultControllerURL: boot scripts default to https:// on the boot
+// address and --tls-listen's port when the controller has a TLS identity,
+// and to the plain base URL otherwise (no --tls-listen, or no identity).
+func TestDefaultControllerURL(t *testing.T) {
+	ip := netip.MustParseAddr("10.0.0.1")
+	base := "http://10.0.0.1:8080"
+	for _, tc := range []struct {
+		tlsListen string
+		identity  bool
+		want      string
+	}{
+		{"0.0.0.0:8443", true, "https://10.0.0.1:8443"},
+		{"127.0.0.1:9443", true, "https://10.0.0.1:9443"},
+		{"", true, base},
+		{"0.0.0.0:8443", false, base},
+	} {
+		if got := defaultControllerURL(base, ip, tc.tlsListen, tc.identity); got != tc.want {
+			t.Errorf("defaultControllerURL(%q, %v) = %q, want %q", tc.tlsListen, tc.identity, got, tc.want)
+		}
+	}
+}

@@ -1,11 +1,10 @@
 package events
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -18,8 +17,10 @@ import (
 // it wants sent, {"op":3,"d":{...}}. The node running the shard checks it
 // with CheckCommand, writes it unchanged on the shard's connection and
 // notes it in the connection's send log, then replies with a
-// CommandReply: {"status":"ok"} or an error code and a reason. The
-// kernel will mirror CheckCommand; it is the reference of the rule.
+// CommandReply: {"status":"ok"} or an error code and a reason.
+// CheckCommand is the reference of the rule and of the reply's bytes: the
+// kernel's cmd_check (kernel/node/natscmd.inc) mirrors it, compared case by
+// case with CommandCorpus (command_corpus.go).
 //
 // The rule, in the order the checks are made (the first that fails
 // names the reply):
@@ -130,6 +131,7 @@ type ShardView struct {
 	Shard       uint32 // the shard the subject names
 	TotalShards uint32 // the bot's shard count (0: guild routing unchecked)
 	Owned       bool   // the node holds the shard
+	Node        string // the node's name, for the reply ("" leaves it out)
 	Ready       bool   // a READY or RESUMED session is up
 	// Log is the connection's send log (every Identify, Resume,
 	// heartbeat and command it sent); NowTSC, CyclesPerMS and
@@ -152,7 +154,7 @@ type Command struct {
 // and notes it in v.Log (holding whatever lock keeps the log and the
 // connection's writes together); otherwise nothing may be sent.
 func CheckCommand(body []byte, v ShardView) (cmd Command, reply CommandReply) {
-	reply.Shard = v.Shard
+	reply.Shard, reply.Node = v.Shard, v.Node
 	refuse := func(code, reason string) (Command, CommandReply) {
 		reply.Status, reply.Reason = code, reason
 		return Command{}, reply
@@ -189,28 +191,31 @@ func CheckCommand(body []byte, v ShardView) (cmd Command, reply CommandReply) {
 
 // parseCommandFrame reads {"op":N,"d":{...}} strictly: one object, the
 // members op and d once each and nothing else, op in digits, d an
-// object. It returns why not, or "".
-func parseCommandFrame(body []byte) (op int, d json.RawMessage, why string) {
+// object. Member names are compared as written, byte for byte: a name
+// spelt with escapes ("\u006fp") is an unexpected member, which is
+// stricter than encoding/json and what the kernel's mirror
+// (kernel/node/natscmd.inc, cmd_check) can do without decoding strings.
+// The problems are found in the order the bytes come, and the reasons are
+// fixed sentences, so the kernel answers byte for byte the same. It
+// returns why not, or "".
+func parseCommandFrame(body []byte) (op int, d []byte, why string) {
 	if !json.Valid(body) {
 		return 0, nil, "not valid JSON"
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	if tok, _ := dec.Token(); tok != json.Delim('{') {
+	i := skipSpace(body, 0)
+	if body[i] != '{' {
 		return 0, nil, "not a JSON object"
 	}
-	var opRaw json.RawMessage
-	for dec.More() {
-		tok, err := dec.Token()
-		key, isKey := tok.(string)
-		if err != nil || !isKey {
-			return 0, nil, "not a JSON object"
-		}
-		var val json.RawMessage
-		if err := dec.Decode(&val); err != nil {
-			return 0, nil, "member " + strconv.Quote(key) + ": not valid JSON"
-		}
-		switch key {
+	var opRaw []byte
+	i = skipSpace(body, i+1)
+	for body[i] != '}' {
+		kEnd := skipValue(body, i) // the name, quotes included
+		key := body[i+1 : kEnd-1]
+		i = skipSpace(body, kEnd)
+		i = skipSpace(body, i+1) // past ':'
+		vEnd := skipValue(body, i)
+		val := body[i:vEnd]
+		switch string(key) {
 		case "op":
 			if opRaw != nil {
 				return 0, nil, `"op" twice`
@@ -222,7 +227,11 @@ func parseCommandFrame(body []byte) (op int, d json.RawMessage, why string) {
 			}
 			d = val
 		default:
-			return 0, nil, "unexpected member " + strconv.Quote(truncate(key, 32)) + ` (only "op" and "d")`
+			return 0, nil, `unexpected member (only "op" and "d")`
+		}
+		i = skipSpace(body, vEnd)
+		if body[i] == ',' {
+			i = skipSpace(body, i+1)
 		}
 	}
 	if opRaw == nil {
@@ -231,7 +240,7 @@ func parseCommandFrame(body []byte) (op int, d json.RawMessage, why string) {
 	if d == nil {
 		return 0, nil, `no "d"`
 	}
-	if len(opRaw) == 0 || len(opRaw) > 3 || (len(opRaw) > 1 && opRaw[0] == '0') {
+	if len(opRaw) > 3 || (len(opRaw) > 1 && opRaw[0] == '0') {
 		return 0, nil, `"op" is not a small non-negative integer`
 	}
 	for _, c := range opRaw {
@@ -246,32 +255,90 @@ func parseCommandFrame(body []byte) (op int, d json.RawMessage, why string) {
 	return op, d, ""
 }
 
-// checkGuild checks that d.guild_id is a snowflake string that routes to
-// shard; total 0 skips the routing (but not the syntax).
-func checkGuild(d json.RawMessage, shard, total uint32) string {
-	var g struct {
-		GuildID *string `json:"guild_id"`
+// skipSpace returns the index of the first byte at or after i that is not
+// JSON white space.
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\r' || b[i] == '\n') {
+		i++
 	}
-	if err := json.Unmarshal(d, &g); err != nil || g.GuildID == nil {
+	return i
+}
+
+// skipValue returns the index just past the value that starts at b[i],
+// for b already known to be valid JSON.
+func skipValue(b []byte, i int) int {
+	depth := 0
+	for ; i < len(b); i++ {
+		switch c := b[i]; c {
+		case '"':
+			for i++; b[i] != '"'; i++ {
+				if b[i] == '\\' {
+					i++
+				}
+			}
+			if depth == 0 {
+				return i + 1
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			depth--
+			if depth == 0 {
+				return i + 1
+			}
+		default:
+			if depth == 0 { // a number or a literal: up to a delimiter
+				for i < len(b) && !strings.ContainsRune(",}] \t\r\n", rune(b[i])) {
+					i++
+				}
+				return i
+			}
+		}
+	}
+	return i
+}
+
+// checkGuild checks that d.guild_id is a snowflake string that routes to
+// shard; total 0 skips the routing (but not the syntax). Like member
+// names in parseCommandFrame, "guild_id" is matched as written, and the
+// string's bytes are read as they are (an escape is not a digit).
+func checkGuild(d []byte, shard, total uint32) string {
+	var id []byte
+	found := false
+	i := skipSpace(d, 1)
+	for d[i] != '}' {
+		kEnd := skipValue(d, i)
+		key := d[i+1 : kEnd-1]
+		i = skipSpace(d, kEnd)
+		i = skipSpace(d, i+1)
+		vEnd := skipValue(d, i)
+		if string(key) == "guild_id" {
+			if found {
+				return `d.guild_id: twice`
+			}
+			found = true
+			if d[i] == '"' {
+				id = d[i+1 : vEnd-1]
+			}
+		}
+		i = skipSpace(d, vEnd)
+		if d[i] == ',' {
+			i = skipSpace(d, i+1)
+		}
+	}
+	if id == nil {
 		return `d.guild_id: missing or not a string`
 	}
-	id, err := appliance.ParseGuildID(*g.GuildID)
+	g, err := appliance.ParseGuildID(string(id))
 	if err != nil {
 		return "d.guild_id: " + err.Error()
 	}
 	if total > 0 {
-		if want := appliance.ShardForGuild(id, total); want != shard {
-			return fmt.Sprintf("guild %d is on shard %d of %d, not %d", id, want, total, shard)
+		if want := appliance.ShardForGuild(g, total); want != shard {
+			return fmt.Sprintf("guild %d is on shard %d of %d, not %d", g, want, total, shard)
 		}
 	}
 	return ""
-}
-
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n]
-	}
-	return s
 }
 
 // SendBudget is a connection's send log on the wall clock, for Go node

@@ -122,33 +122,6 @@ func TestKernelEventsBurst(t *testing.T) {
 	kernelEvents(t, "10.128.0", 3000, 800, false, true)
 }
 
-// workerConn adds worker "tester" to the lab's broker credentials (dpxe
-// serve --nats-auth) and connects as it from the namespace, without
-// reconnecting; the connection closes with the test. It returns the
-// password too (to look for on consoles) and the credentials file.
-func (l *gwLab) workerConn() (*nats.Conn, string, *natsauth.File) {
-	l.t.Helper()
-	f, err := natsauth.Open(filepath.Join(l.dir, natsauth.FileName))
-	if err != nil {
-		l.t.Fatal(err)
-	}
-	pass, err := f.AddWorker("tester")
-	if err != nil {
-		l.t.Fatal(err)
-	}
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(300 * time.Millisecond) {
-		nc, err := nats.Connect("nats://"+l.subnet+".1:4222", nats.UserInfo("worker-tester", pass), nats.SetCustomDialer(nsDialer{l.ns.Name}),
-			nats.NoReconnect())
-		if err == nil {
-			l.t.Cleanup(nc.Close)
-			return nc, pass, f
-		}
-		if time.Now().After(deadline) {
-			l.t.Fatalf("worker connect: %v", err)
-		}
-	}
-}
-
 // allSessionsAt waits until both emulator sessions sent n dispatches.
 func (l *gwLab) allSessionsAt(n int64, within time.Duration) {
 	l.t.Helper()
@@ -187,6 +160,37 @@ func TestKernelEventsSkip(t *testing.T) {
 // to the emulator's record.
 func TestKernelEventsNodeKilled(t *testing.T) {
 	kernelEventsSkip(t, "10.142.0", 240, 40, true, false, evRun{killAt: 120})
+}
+
+// connectWorker adds the worker "tester" to serve's NATS credentials and
+// connects it to the lab's broker (subnet.1:4222) from inside the
+// namespace; the connection is closed when the test ends. It returns the
+// credentials file and the worker's password too (neither may reach a
+// node's console).
+func (l *gwLab) connectWorker(subnet string) (*nats.Conn, *natsauth.File, string) {
+	t := l.t
+	t.Helper()
+	f, err := natsauth.Open(filepath.Join(l.dir, natsauth.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pass, err := f.AddWorker("tester")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nc *nats.Conn
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(300 * time.Millisecond) {
+		nc, err = nats.Connect("nats://"+subnet+".1:4222", nats.UserInfo("worker-tester", pass), nats.SetCustomDialer(nsDialer{l.ns.Name}),
+			nats.NoReconnect())
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("worker connect: %v", err)
+		}
+	}
+	t.Cleanup(nc.Close)
+	return nc, f, pass
 }
 
 func kernelEvents(t *testing.T, subnet string, want uint64, restartAt int64, handOver, burst bool) {
@@ -258,10 +262,10 @@ func kernelEventsSkip(t *testing.T, subnet string, want uint64, restartAt int64,
 	var nc *nats.Conn
 	var pass string
 	var f *natsauth.File
-	connectWorker := func() { nc, pass, f = l.workerConn() }
+	connect := func() { nc, f, pass = l.connectWorker(subnet) }
 	var slow *slowConsumer
 	if o.slowAck > 0 {
-		connectWorker()
+		connect()
 		slow = startSlowConsumer(t, ctx, nc, app, o.slowAck)
 	}
 	nodes := map[string]bool{"ev-node": true}
@@ -325,7 +329,7 @@ func kernelEventsSkip(t *testing.T, subnet string, want uint64, restartAt int64,
 	}
 	l.allSessionsAt(int64(want), 90*time.Second)
 	if nc == nil {
-		connectWorker()
+		connect()
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -621,7 +625,7 @@ func sendToStored(b *testing.B, ctx context.Context, l *gwLab, t0, t1 time.Time)
 			}
 		}
 	}
-	nc, _, _ := l.workerConn()
+	nc, _, _ := l.connectWorker(l.subnet)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		b.Fatal(err)

@@ -735,10 +735,11 @@ func shardMemory(t testing.TB, console string, n int) (perShard, withTLS float64
 // ladderShape is what a ladder step's emulator sends each shard after
 // READY, and the bound on its last READY.
 type ladderShape struct {
-	// wss runs the step over wss://: the emulator serves TLS under
-	// wssHost, resolved by the namespace's DNS, the controller hands out
-	// wss://, and the node boots an image whose only anchor is the
-	// emulator's root (wssPrepare). DPXE_SCALE_WSS=1 sets it for
+	// wss runs the step over wss:// and https://: the emulator serves TLS
+	// under wssHost, resolved by the namespace's DNS, the controller hands
+	// out wss://, the node boots an image whose only anchor is the
+	// emulator's root (wssPrepare), and it checks in and claims over
+	// pinned https:// (pinLabController). DPXE_SCALE_WSS=1 sets it for
 	// TestKernelGatewayScale's steps.
 	wss bool
 	// guilds is the number of guilds routed to each shard, one
@@ -804,7 +805,8 @@ func ladderRunShape(t testing.TB, subnet string, n, mc int, strict bool, shape l
 		eo.TLS, eo.PublicHost = true, wssHost
 		l = newGWLabNoServe(t, ctx, subnet, eo)
 		bridge := netip.MustParseAddr(subnet + ".1").As4()
-		wssPrepare(t, l, bridge, l.emu.CAPEM(), wssHost, serveArgs...)
+		wssPrepare(t, l, bridge, l.emu.CAPEM(), wssHost, append(serveArgs, "--tls-listen", subnet+".1:8443")...)
+		pinLabController(t, l) // check-ins and claims over pinned https://
 	} else {
 		l = newGWLab(t, ctx, subnet, eo, serveArgs...)
 	}
@@ -1066,7 +1068,7 @@ func TestKernelGatewayScale(t *testing.T) {
 	}{{128, 16, "10.86.0", ladderShape{guilds: 64, readyFloor: 1.05}}, {128, 1, "10.85.0", ladderShape{}}} {
 		name := fmt.Sprintf("%d-shards-mc%d", step.n, step.mc)
 		if os.Getenv("DPXE_SCALE_WSS") == "1" {
-			step.shape.wss = true // over wss:// (untested at 128 shards so far)
+			step.shape.wss = true // over wss://, check-ins and claims over pinned https://
 			name += "-wss"
 		}
 		if step.shape.guilds > 0 {

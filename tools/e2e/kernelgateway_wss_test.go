@@ -263,7 +263,8 @@ func TestKernelGatewayWSSUnknownRoot(t *testing.T) {
 // max_concurrency 3 start at once, more than the kernel's 4 TLS handshake
 // slots, so some wait for a slot (a console line says so) and all reach
 // READY within the Identify floor's bound, one Identify each, with no
-// violation (ladderRunShape's checks).
+// violation (ladderRunShape's checks). The node checks in and claims over
+// pinned https:// (three claims at once share claim_ch).
 func TestKernelGatewayWSSLadder(t *testing.T) {
 	f := ladderRunShape(t, "10.99.0", 6, 3, true, ladderShape{wss: true})
 	hs := regexp.MustCompile(`shard \d+: TLS 1\.3 \S+ x25519 sig=0x[0-9a-f]+ chain=\d+ name=\S+ in (\d+) ms`).FindAllStringSubmatch(f.console, -1)

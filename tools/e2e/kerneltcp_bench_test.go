@@ -89,6 +89,16 @@ func tcpBenchScript() string {
 // linux-image-amd64) and builds, or reuses from the cache in $DPXE_OUT,
 // the u-root initramfs: the vmlinuz and cpio paths.
 func tcpBenchLinux(b *testing.B) (string, string) {
+	return benchLinuxInitrd(b, "linux-tcp", tcpBenchScript(), "", nil,
+		"init", "gosh", "wget", "insmod", "ip", "time", "poweroff", "echo")
+}
+
+// benchLinuxInitrd finds Debian's kernel and builds, or reuses from
+// $DPXE_OUT/bench/CACHE, a u-root initramfs whose init runs script with
+// gosh: u-root's core commands cmds, tcpBenchModules in /lib/modules and
+// files ("SRC:DEST", DEST relative to the root). key names anything else
+// the cache must follow (the files' contents). The vmlinuz and cpio paths.
+func benchLinuxInitrd(b *testing.B, cache, script, key string, files []string, cmds ...string) (string, string) {
 	kernels, _ := filepath.Glob("/boot/vmlinuz-*-amd64")
 	if len(kernels) == 0 {
 		b.Skip("no Debian kernel in /boot (tools/scripts/deps.sh bench installs linux-image-amd64)")
@@ -97,14 +107,17 @@ func tcpBenchLinux(b *testing.B) (string, string) {
 	vmlinuz := kernels[len(kernels)-1]
 	release := strings.TrimPrefix(filepath.Base(vmlinuz), "vmlinuz-")
 	modDir := filepath.Join("/lib/modules", release)
-	script := tcpBenchScript()
-	key := sha256.Sum256([]byte(tcpBenchURoot + "\n" + release + "\n" + script))
-	cache := filepath.Join(outDir(b), "bench", "linux-tcp")
-	cpio := filepath.Join(cache, "uroot-"+hex.EncodeToString(key[:6])+".cpio")
+	id := tcpBenchURoot + "\n" + release + "\n" + script
+	if key != "" {
+		id += "\n" + key
+	}
+	sum := sha256.Sum256([]byte(id))
+	dir := filepath.Join(outDir(b), "bench", cache)
+	cpio := filepath.Join(dir, "uroot-"+hex.EncodeToString(sum[:6])+".cpio")
 	if _, err := os.Stat(cpio); err == nil {
 		return vmlinuz, cpio
 	}
-	work := filepath.Join(cache, "build")
+	work := filepath.Join(dir, "build")
 	os.RemoveAll(work)
 	if err := os.MkdirAll(filepath.Join(work, "lib"), 0o755); err != nil {
 		b.Fatal(err)
@@ -114,7 +127,7 @@ func tcpBenchLinux(b *testing.B) (string, string) {
 			b.Fatal(err)
 		}
 	}
-	write("go.mod", "module dpxe.invalid/tcpbench\n\ngo 1.26\n")
+	write("go.mod", "module dpxe.invalid/"+strings.ReplaceAll(cache, "-", "")+"\n\ngo 1.26\n")
 	write("bench.sh", script)
 	args := []string{"run", "github.com/u-root/u-root", "-o", cpio + ".tmp",
 		"-defaultsh", "gosh", "-uinitcmd", "gosh /bench.sh",
@@ -126,7 +139,10 @@ func tcpBenchLinux(b *testing.B) (string, string) {
 		}
 		args = append(args, "-files", src+":lib/modules/"+filepath.Base(m))
 	}
-	for _, c := range []string{"init", "gosh", "wget", "insmod", "ip", "time", "poweroff", "echo"} {
+	for _, f := range files {
+		args = append(args, "-files", f)
+	}
+	for _, c := range cmds {
 		args = append(args, "github.com/u-root/u-root/cmds/core/"+c)
 	}
 	run := func(args ...string) {

@@ -47,6 +47,7 @@ func init() {
 	cryptoSections["TLSCERT "] = func() ([]byte, error) { return appliance.TLSCertSection(tlsCertPath) }
 	cryptoSections["TLSAUTH "] = func() ([]byte, error) { return appliance.TLSAuthSection(tlsAuthPath) }
 	cryptoSections["TLSFLT  "] = func() ([]byte, error) { return appliance.TLSFlightSection(tlsFlightPath) }
+	cryptoSections["TLSPOST "] = func() ([]byte, error) { return appliance.TLSPostSection(), nil }
 }
 
 // TestKernelTLS boots the crypto self-test on every CPU model and wants the
@@ -80,6 +81,7 @@ func TestKernelTLS(t *testing.T) {
 	if want["tls13-client"], _, err = appliance.TLSFlightDigest(tlsFlightPath); err != nil {
 		t.Fatal(err)
 	}
+	want["tls13-post"] = appliance.TLSPostDigest()
 	_, trust, err := image.TrustAnchors([]image.TrustSource{{Name: image.DefaultTrustName, PEM: image.DefaultTrustPEM}})
 	if err != nil {
 		t.Fatal(err)
