@@ -61,7 +61,7 @@ func drainNode(t *testing.T, l *gwLab, node *gwNode, want uint64) uint64 {
 	con := node.serial.String()
 	// Whether dispatches were in flight at the release (the case the
 	// hand-over from the acknowledged sequence is for). Logged, not
-	// required: the throttle makes it likely, not certain (2 runs of 3),
+	// required: the throttle makes it likely, not certain (3 runs of 5),
 	// and the HPUBs in flight reach the broker on the old connection
 	// anyway (docs/events.md, TestKernelEventsDrain).
 	t.Logf("drain: dispatches in flight at the release: %v; %s", strings.Contains(con, "a shard with dispatches in flight was released"),
