@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -144,7 +145,7 @@ func (l *gwLab) allSessionsAt(n int64, within time.Duration) {
 // counts as acknowledged) and events_skipped equals the GUILD_CREATEs the
 // emulator sent on that shard's session.
 func TestKernelEventsSkip(t *testing.T) {
-	kernelEventsSkip(t, "10.141.0", 150, 0, false, false, "GUILD_CREATE", 0)
+	kernelEventsSkip(t, "10.141.0", 150, 0, false, false, evRun{skip: "GUILD_CREATE"})
 }
 
 // TestKernelEventsNodeKilled: TestKernelEventsHandOver's two nodes, one
@@ -158,7 +159,7 @@ func TestKernelEventsSkip(t *testing.T) {
 // 1..240 of both sessions are in the stream exactly once, in order, equal
 // to the emulator's record.
 func TestKernelEventsNodeKilled(t *testing.T) {
-	kernelEventsSkip(t, "10.142.0", 240, 40, true, false, "", 120)
+	kernelEventsSkip(t, "10.142.0", 240, 40, true, false, evRun{killAt: 120})
 }
 
 // connectWorker adds the worker "tester" to serve's NATS credentials and
@@ -193,13 +194,30 @@ func (l *gwLab) connectWorker(subnet string) (*nats.Conn, *natsauth.File, string
 }
 
 func kernelEvents(t *testing.T, subnet string, want uint64, restartAt int64, handOver, burst bool) {
-	kernelEventsSkip(t, subnet, want, restartAt, handOver, burst, "", 0)
+	kernelEventsSkip(t, subnet, want, restartAt, handOver, burst, evRun{})
 }
 
-// kernelEventsSkip is kernelEvents with skip, an event type given to
-// --events-skip ("" for none), and killAt: with handOver, the second node
-// is killed once both sessions sent killAt dispatches (0: never).
-func kernelEventsSkip(t *testing.T, subnet string, want uint64, restartAt int64, handOver, burst bool, skip string, killAt int64) {
+// evRun is what a kernelEventsSkip run adds to kernelEvents.
+type evRun struct {
+	// skip is an event type given to --events-skip ("" for none).
+	skip string
+	// killAt: with handOver, the second node is killed once both
+	// sessions sent killAt dispatches (0: never).
+	killAt int64
+	// drain: with handOver, the second node is drained through `dpxe
+	// drain` once it reported its shard's session (drainNode).
+	drain bool
+	// rate overrides the emulator's MESSAGE_CREATEs per second per session.
+	rate float64
+	// slowAck, when set, runs a worker (the SDK's Service, a durable pull
+	// consumer) from the start that takes slowAck per event before it
+	// acknowledges; it must read every dispatch once (slowConsumer).
+	slowAck time.Duration
+}
+
+// kernelEventsSkip is kernelEvents with the faults and checks of o.
+func kernelEventsSkip(t *testing.T, subnet string, want uint64, restartAt int64, handOver, burst bool, o evRun) {
+	skip, killAt := o.skip, o.killAt
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	start := time.Now()
@@ -222,6 +240,9 @@ func kernelEventsSkip(t *testing.T, subnet string, want uint64, restartAt int64,
 	if burst {
 		rate = 200
 	}
+	if o.rate > 0 {
+		rate = o.rate
+	}
 	lease := "30s"
 	if killAt > 0 {
 		lease = "10s" // the takeover waits for the killed node's lease
@@ -235,6 +256,17 @@ func kernelEventsSkip(t *testing.T, subnet string, want uint64, restartAt int64,
 	node := l.boot("ev-node", "virtio-net-pci", 2)
 	if node.serial.waitFor(regexp.MustCompile(`nats: connected to nats://`+regexp.QuoteMeta(subnet)+`\.1:4222 as node-ev-node`), 120*time.Second) == nil {
 		t.Fatal("the node did not connect to the broker")
+	}
+	// The worker's connection: made at the end, after the broker's
+	// restarts (it does not reconnect), or at once for a slow consumer.
+	var nc *nats.Conn
+	var pass string
+	var f *natsauth.File
+	connect := func() { nc, f, pass = l.connectWorker(subnet) }
+	var slow *slowConsumer
+	if o.slowAck > 0 {
+		connect()
+		slow = startSlowConsumer(t, ctx, nc, app, o.slowAck)
 	}
 	nodes := map[string]bool{"ev-node": true}
 	if handOver {
@@ -254,6 +286,9 @@ func kernelEventsSkip(t *testing.T, subnet string, want uint64, restartAt int64,
 		}()
 		if killAt > 0 {
 			killNode(t, l, node2, killAt)
+		}
+		if o.drain {
+			want = drainNode(t, l, node2, want)
 		}
 	} else if restartAt > 0 {
 		// First the broker stops answering: frozen for 8 s, so PubAcks
@@ -293,8 +328,9 @@ func kernelEventsSkip(t *testing.T, subnet string, want uint64, restartAt int64,
 		}
 	}
 	l.allSessionsAt(int64(want), 90*time.Second)
-
-	nc, f, pass := l.connectWorker(subnet)
+	if nc == nil {
+		connect()
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -352,6 +388,13 @@ func kernelEventsSkip(t *testing.T, subnet string, want uint64, restartAt int64,
 		if time.Now().After(deadline) {
 			t.Fatalf("the stream does not hold dispatches 1..%d of both sessions after 60 s (%d messages)", want, len(got))
 		}
+	}
+	if slow != nil {
+		ids := make([]string, len(sessions))
+		for i, s := range sessions {
+			ids[i] = s.ID
+		}
+		slow.check(t, ids, want, skipped)
 	}
 
 	// Event by event against the emulator's record.
@@ -490,23 +533,45 @@ func lastLine(s, sub string) string {
 // the node took. Once with delivery on (dpxe serve --nats-auth: every
 // dispatch published to the embedded JetStream and acknowledged), once off
 // (no broker access: counted and dropped); reports both rates and their
-// ratio.
+// ratio. With delivery on it also reports the latency from the emulator's
+// send of each dispatch in the window (DispatchRecord.Sent) to the time
+// the stream stored it (the JetStream message timestamp, same host
+// clock), p50 and p99: at saturation (ms-p50-sat, ms-p99-sat: includes the
+// socket buffers' queue) and in a third run at 100/s per session (ms-p50,
+// ms-p99).
 func BenchmarkKernelEventsDelivery(b *testing.B) {
 	if os.Getenv("DPXE_BENCH") != "1" {
 		b.Skip("set DPXE_BENCH=1 (make bench)")
 	}
 	for i := 0; i < b.N; i++ {
-		off := deliveryRate(b, "10.125.0", false)
-		on := deliveryRate(b, "10.126.0", true)
+		off, _ := deliveryRate(b, "10.125.0", false, 4000)
+		on, sat := deliveryRate(b, "10.126.0", true, 4000)
+		_, lat := deliveryRate(b, "10.152.0", true, 100)
 		b.ReportMetric(on, "events/s-on")
 		b.ReportMetric(off, "events/s-off")
 		if off > 0 {
 			b.ReportMetric(on/off, "ratio")
 		}
+		for _, q := range []struct {
+			d    []time.Duration
+			unit string
+		}{{sat, "-sat"}, {lat, ""}} {
+			if len(q.d) == 0 {
+				continue
+			}
+			p50, p99 := q.d[len(q.d)/2], q.d[len(q.d)*99/100]
+			b.ReportMetric(float64(p50.Microseconds())/1000, "ms-p50"+q.unit)
+			b.ReportMetric(float64(p99.Microseconds())/1000, "ms-p99"+q.unit)
+			b.Logf("send to PubAck%s: %d dispatches, p50 %v p99 %v max %v", q.unit, len(q.d), p50, p99, q.d[len(q.d)-1])
+		}
 	}
 }
 
-func deliveryRate(b *testing.B, subnet string, on bool) float64 {
+// deliveryRate runs the emulator at msgRate per session against one node
+// and returns the events/s the node took over a 15 s window and, with
+// delivery on, the sorted send-to-stored latencies of the window's
+// dispatches (sendToStored).
+func deliveryRate(b *testing.B, subnet string, on bool, msgRate float64) (float64, []time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	args := []string{"--total-shards", "2", "--lease", "30s"}
@@ -514,7 +579,7 @@ func deliveryRate(b *testing.B, subnet string, on bool) float64 {
 		args = append(args, "--nats-auth", "--nats-listen", subnet+".1:4222")
 	}
 	l := newGWLab(b, ctx, subnet, gatewayemu.Options{HeartbeatInterval: 5 * time.Second, Shards: 2, MaxConcurrency: 2,
-		MessagesPerSecond: 4000}, args...)
+		MessagesPerSecond: msgRate, ReplayLimit: 200000}, args...)
 	node := l.boot("ev-bench", "virtio-net-pci", 2)
 	l.allSessionsAt(50, 90*time.Second)
 	time.Sleep(5 * time.Second)
@@ -534,11 +599,70 @@ func deliveryRate(b *testing.B, subnet string, on bool) float64 {
 	if len(idle) > 0 {
 		idle = idle[len(idle)-1:] // the node's share of passes with nothing to do: near 0 when it is the limit
 	}
-	b.Logf("delivery on=%v: %.0f events/s per node (%d in %v), node %v; %s", on, rate, n1-n0, t1.Sub(t0).Round(time.Millisecond), idle, lastLine(con, "nats: up"))
+	b.Logf("delivery on=%v at %.0f/s per session: %.0f events/s per node (%d in %v), node %v; %s", on, msgRate, rate, n1-n0, t1.Sub(t0).Round(time.Millisecond), idle, lastLine(con, "nats: up"))
 	if strings.Contains(con, "not published") || strings.Contains(con, "not staged") {
 		b.Logf("%s", grepLines(con, "not "))
 	}
-	return rate
+	if !on {
+		return rate, nil
+	}
+	return rate, sendToStored(b, ctx, l, t0, t1)
+}
+
+// sendToStored reads the stream's messages stored from t0 on (an ordered
+// consumer) and, for each dispatch the emulator sent in [t0, t1], the time
+// from its send (DispatchRecord.Sent) to its JetStream timestamp, sorted.
+func sendToStored(b *testing.B, ctx context.Context, l *gwLab, t0, t1 time.Time) []time.Duration {
+	b.Helper()
+	sent := map[string]time.Time{} // session:seq, the Nats-Msg-Id
+	want := 0
+	for _, s := range l.emu.Sessions() {
+		recs, _ := l.emu.Dispatched(s.ID)
+		for _, r := range recs {
+			if !r.Sent.Before(t0) && !r.Sent.After(t1) {
+				sent[s.ID+":"+strconv.FormatInt(r.Seq, 10)] = r.Sent
+				want++
+			}
+		}
+	}
+	nc, _, _ := l.connectWorker(l.subnet)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	name, _ := events.StreamName("bot")
+	start := t0.Add(-time.Second) // the server's clock is the host's: a margin for the timestamps' rounding
+	cons, err := js.OrderedConsumer(ctx, name, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &start})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var out []time.Duration
+	for seen, tries := 0, 0; seen < want && tries < 1000; tries++ {
+		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			b.Fatal(err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			md, err := m.Metadata()
+			if err != nil {
+				continue
+			}
+			if at, ok := sent[m.Headers().Get("Nats-Msg-Id")]; ok {
+				out = append(out, md.Timestamp.Sub(at))
+				seen++
+			}
+		}
+		if n == 0 {
+			break // nothing more stored
+		}
+	}
+	slices.Sort(out)
+	if len(out) < want {
+		b.Logf("send to stored: %d of the window's %d dispatches found in the stream", len(out), want)
+	}
+	return out
 }
 
 // TestKernelEventsLoopbackBrokerSkipped: `dpxe serve --nats-auth` with

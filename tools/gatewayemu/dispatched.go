@@ -1,10 +1,15 @@
 package gatewayemu
 
-// DispatchRecord is one dispatch a session sent: its sequence number and
-// the frame exactly as written (before compression).
+import "time"
+
+// DispatchRecord is one dispatch a session sent: its sequence number, the
+// frame exactly as written (before compression) and Sent, when the session
+// made it and handed it to its connection's writer (the host's clock; a
+// Resume's replay keeps the first time).
 type DispatchRecord struct {
 	Seq   int64
 	Frame []byte
+	Sent  time.Time
 }
 
 // Dispatched returns what session id still keeps for replay, oldest first:
@@ -23,7 +28,7 @@ func (e *Emulator) Dispatched(id string) (recs []DispatchRecord, ok bool) {
 	defer s.mu.Unlock()
 	recs = make([]DispatchRecord, len(s.buf))
 	for i, b := range s.buf {
-		recs[i] = DispatchRecord{Seq: b.seq, Frame: append([]byte(nil), b.frame...)}
+		recs[i] = DispatchRecord{Seq: b.seq, Frame: append([]byte(nil), b.frame...), Sent: b.sent}
 	}
 	return recs, true
 }

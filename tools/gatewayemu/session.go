@@ -44,6 +44,7 @@ type session struct {
 type buffered struct {
 	seq   int64
 	frame []byte
+	sent  time.Time // when the dispatch was made and handed to the connection's writer
 }
 
 func newSessionID() string {
@@ -101,7 +102,7 @@ func (e *Emulator) dispatch(s *session, t string, d any) {
 		e.log.Error("marshal dispatch", "t", t, "err", err)
 		return
 	}
-	s.buf = append(s.buf, buffered{seq: seq, frame: frame})
+	s.buf = append(s.buf, buffered{seq: seq, frame: frame, sent: time.Now()})
 	if len(s.buf) >= 2*e.opts.ReplayLimit {
 		// Trim in batches: keep the newest ReplayLimit, amortised O(1).
 		s.buf = append(make([]buffered, 0, 2*e.opts.ReplayLimit), s.buf[len(s.buf)-e.opts.ReplayLimit:]...)
