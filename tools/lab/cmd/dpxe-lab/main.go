@@ -46,6 +46,7 @@ func run() int {
 	fs.IntVar(&cfg.PingEvery, "ping-every", 0, "every N-th synthetic guild message is a \"!ping\" (0: none)")
 	fs.BoolVar(&cfg.NATSAuth, "nats-auth", false, "dpxe serve --nats-auth: simulated nodes, pingbot and the CLI connect to NATS with credentials")
 	fs.StringVar(&cfg.Pingbot, "pingbot", "", "the examples/pingbot binary to run against the simulated fleet (\"\": none)")
+	fs.BoolVar(&cfg.Plain, "plain", false, "no TLS (make run TLS=0): the emulator on http:// and ws://, nodes checking in over http://; by default wss://, https:// and pinned check-ins")
 	runFor := fs.Duration("for", 0, "stop by itself after this long (0: until Ctrl-C)")
 	clean := fs.Bool("clean", false, "only remove what a crashed lab left behind")
 	if err := fs.Parse(os.Args[1:]); err != nil {
