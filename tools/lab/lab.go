@@ -828,9 +828,12 @@ func (l *Lab) startNetns(ctx context.Context) error {
 		"--boot-dir", l.BootDir, "--ipv6-no-router")
 	if !l.cfg.Plain {
 		// Nodes check in and claim Identifies over HTTPS pinned to
-		// serve's own key: with netboot and no --controller-url, the
+		// serve's own key. --tls-listen stays on the namespace's
+		// loopback, like --listen (the operator API is never served to
+		// the boot network); serve opens the nodes' own HTTPS listener
+		// on IP:8443, and with netboot and no --controller-url the
 		// scripts carry https://IP:8443 and controller_pin=.
-		args = append(args, "--tls-listen", ip+":8443")
+		args = append(args, "--tls-listen", "127.0.0.1:8443")
 	}
 	if names {
 		args = append(args, "--dns", ip) // the leases name the lab's DNS server

@@ -523,18 +523,32 @@ func TestLabNetns(t *testing.T) {
 		}
 	}
 	// The default is TLS: each node's script named serve's https://
-	// listener with its pin, the node checked in and claimed its
-	// Identifies over that pinned connection, and no shard dialed ws://.
+	// listener with its pin, the node checked in over that pinned
+	// connection (its trusted time came from it), a node that Identified
+	// claimed first over the pinned connection (a node whose shards were
+	// all handed over Resumes and claims nothing), and no shard dialed
+	// ws://.
+	identified := 0
 	for i := 1; i <= cfg.Nodes; i++ {
 		b, _ := os.ReadFile(filepath.Join(cfg.Var, "nodes", fmt.Sprintf("lab-%d", i), "console.log"))
-		for _, re := range []string{`controller=https://10\.213\.0\.1:8443\b`, `claim: pinned TLS 1\.3 connection \d+ to https://10\.213\.0\.1:8443`} {
+		for _, re := range []string{`controller=https://10\.213\.0\.1:8443\b`, `time: controller \(pinned https\)`} {
 			if !regexp.MustCompile(re).Match(b) {
 				t.Errorf("lab-%d: no console line %q", i, re)
+			}
+		}
+		if id := regexp.MustCompile(`shard \d+: Identify sent`).FindIndex(b); id != nil {
+			identified++
+			claim := regexp.MustCompile(`claim: pinned TLS 1\.3 connection \d+ to https://10\.213\.0\.1:8443\r?\n`).FindIndex(b)
+			if claim == nil || claim[0] > id[0] {
+				t.Errorf("lab-%d sent an Identify without a claim over the pinned https:// connection before it", i)
 			}
 		}
 		if regexp.MustCompile(`connecting to ws://|refused reason=`).Match(b) {
 			t.Errorf("lab-%d dialed ws:// or refused a connection:\n%s", i, b)
 		}
+	}
+	if identified == 0 {
+		t.Error("no node sent an Identify")
 	}
 	connected := 0
 	for _, s := range st.Shards {
