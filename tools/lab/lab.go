@@ -798,8 +798,10 @@ func (l *Lab) startNetns(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var emuArgs []string
-	gwHost := ip + ":7878" // the Gateway as the nodes dial it
+	// The Gateway as the nodes dial it; with TLS the emulator's
+	// certificate names it.
+	gwHost := ip + ":7878"
+	emuArgs := []string{"-public-host", gwHost}
 	if names {
 		emuArgs = []string{"-public-host", labGatewayHost, "-resume-host", labResumeHost}
 		gwHost = labGatewayHost + ":7878"
