@@ -141,6 +141,9 @@ func serve(ctx context.Context, l *lab.Lab, started time.Time, runFor time.Durat
 	fmt.Fprintf(&b, "\n  Dashboard      %s/\n", l.URL)
 	fmt.Fprintf(&b, "  Log in         %s\n", link)
 	fmt.Fprintf(&b, "  Gateway emu    %s/debug/state (its record: sessions, Identifies, violations)\n", l.GatewayURL)
+	if l.CAFile != "" {
+		fmt.Fprintf(&b, "  Gateway CA     %s (wss:// and https://; curl --cacert it; TLS=0 for a plain lab)\n", l.CAFile)
+	}
 	fmt.Fprintf(&b, "\n  From another terminal in %s:\n", mustWd())
 	line := func(what, cmd string) { fmt.Fprintf(&b, "    %-18s %s %s%s\n", what, dpxe, cmd, flags) }
 	line("the fleet", "nodes")
