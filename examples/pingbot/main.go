@@ -15,6 +15,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -44,6 +46,7 @@ func main() {
 	tokenFile := flag.String("token-file", "", "file holding the bot token (required)")
 	app := flag.String("app", "bot", "the app name in subjects (dpxe serve --events-app)")
 	service := flag.String("service", "pingbot", "the durable consumer this bot reads with")
+	caFile := flag.String("ca-file", "", "PEM file of CA certificates to trust for -api besides the system's (make run's Gateway emulator CA)")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	opts := []nats.Option{nats.Name("pingbot"), nats.MaxReconnects(-1)}
@@ -58,13 +61,43 @@ func main() {
 		}
 		opts = append(opts, nats.UserInfo(*user, strings.TrimSpace(string(pass))))
 	}
-	if err := run(*natsURL, opts, *api, *tokenFile, *app, *service, log); err != nil {
+	hc, err := restClient(*caFile)
+	if err != nil {
+		log.Error("pingbot cannot start", "err", err)
+		os.Exit(2)
+	}
+	if err := run(*natsURL, opts, *api, *tokenFile, *app, *service, hc, log); err != nil {
 		log.Error("pingbot stopped", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(natsURL string, opts []nats.Option, api, tokenFile, app, service string, log *slog.Logger) error {
+// restClient is the HTTP client of the REST API: the system's roots, plus
+// the certificates of caFile when given (the lab's emulator serves https
+// from a test CA). Verification stays on.
+func restClient(caFile string) (*http.Client, error) {
+	hc := &http.Client{Timeout: 10 * time.Second}
+	if caFile == "" {
+		return hc, nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("-ca-file: %w", err)
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("-ca-file %s: no PEM certificate in it", caFile)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	hc.Transport = tr
+	return hc, nil
+}
+
+func run(natsURL string, opts []nats.Option, api, tokenFile, app, service string, hc *http.Client, log *slog.Logger) error {
 	if tokenFile == "" {
 		return errors.New("-token-file: required (a file with the bot token)")
 	}
@@ -84,6 +117,7 @@ func run(natsURL string, opts []nats.Option, api, tokenFile, app, service string
 		return err
 	}
 	b := newBot(api, strings.TrimSpace(string(tok)), log)
+	b.hc = hc
 	log.Info("pingbot is reading MESSAGE_CREATE", "nats", natsURL, "app", app, "service", service, "api", api)
 	return svc.Run(ctx, b.handle, func(err error) { log.Warn("not an event", "err", err) })
 }

@@ -42,7 +42,7 @@ type emulatorCommands struct {
 func readCommands(t *testing.T, l *Lab) emulatorCommands {
 	t.Helper()
 	var st emulatorCommands
-	if err := newClient(l.GatewayURL, "").do(context.Background(), "GET", "/debug/state", nil, &st); err != nil {
+	if err := mustGateway(t, l).do(context.Background(), "GET", "/debug/state", nil, &st); err != nil {
 		t.Fatalf("emulator record: %v", err)
 	}
 	return st
@@ -318,6 +318,7 @@ func labPingbot(t *testing.T, auth bool) {
 	if !l.Pingbot {
 		t.Fatal("the lab did not start pingbot")
 	}
+	checkEmulatorTLS(t, l) // pingbot posts its replies over https:// trusting the lab's CA
 	if auth {
 		if nc, err := nats.Connect(l.NATSURL, nats.MaxReconnects(0)); err == nil {
 			nc.Close()
@@ -341,7 +342,7 @@ func labPingbot(t *testing.T, auth bool) {
 				} `json:"pings"`
 			} `json:"rest"`
 		}
-		if err := newClient(l.GatewayURL, "").do(context.Background(), "GET", "/debug/state", nil, &st); err != nil {
+		if err := mustGateway(t, l).do(context.Background(), "GET", "/debug/state", nil, &st); err != nil {
 			return err.Error()
 		}
 		pinged := map[string]bool{}

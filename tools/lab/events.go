@@ -102,6 +102,9 @@ func (l *Lab) startPingbot() error {
 	}
 	args := []string{l.cfg.Pingbot, "-nats-url", l.NATSURL, "-app", labEventsApp,
 		"-api", l.GatewayURL + "/api/v10", "-token-file", filepath.Join(l.cfg.Var, "bot.token")}
+	if l.CAFile != "" {
+		args = append(args, "-ca-file", l.CAFile) // the emulator's REST is https:// with the lab's CA
+	}
 	l.mu.Lock()
 	auth := l.auth
 	l.mu.Unlock()

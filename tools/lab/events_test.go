@@ -30,7 +30,7 @@ func emulatorSessions(t *testing.T, l *Lab) (map[string]int64, uint64) {
 			} `json:"sessions"`
 		} `json:"shards"`
 	}
-	if err := newClient(l.GatewayURL, "").do(context.Background(), "GET", "/debug/state", nil, &st); err != nil {
+	if err := mustGateway(t, l).do(context.Background(), "GET", "/debug/state", nil, &st); err != nil {
 		t.Fatalf("emulator record: %v", err)
 	}
 	out := map[string]int64{}

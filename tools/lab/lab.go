@@ -19,6 +19,8 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -106,6 +108,14 @@ type Config struct {
 	// NATSAuth runs `dpxe serve --nats-auth`: simulated nodes connect with
 	// node credentials, pingbot and the operator with worker credentials.
 	NATSAuth bool
+	// Plain runs the lab without TLS (make run TLS=0, for development):
+	// the emulator on http:// and ws://, nodes checking in over http://.
+	// By default the emulator serves https:// and wss:// with a CA it
+	// generates (written to Var/gateway-ca.pem), the QEMU nodes boot an
+	// image built with that CA beside the default anchors, dpxe serve has
+	// --tls-listen and the netboot scripts hand nodes its https:// address
+	// and pin, and every lab client of the emulator trusts that CA.
+	Plain bool
 	// Log receives the lab's progress lines (os.Stdout).
 	Log io.Writer
 }
@@ -201,6 +211,13 @@ type Lab struct {
 	NATSURL string
 	// Pingbot: the lab runs examples/pingbot (events.go).
 	Pingbot bool
+	// CAFile is the emulator's CA certificate (PEM), which the QEMU
+	// nodes' image, pingbot and the lab's own clients trust ("" with
+	// Config.Plain).
+	CAFile string
+	// BootDir is the image dpxe serve netboots: Config.Out with
+	// Config.Plain, else Var/boot, built with the emulator's CA.
+	BootDir string
 
 	admin   *client
 	ns      *netns.NS
@@ -342,12 +359,90 @@ const (
 func (l *Lab) resetFiles() error {
 	for _, name := range []string{"dpxe.db", "dpxe.db-wal", "dpxe.db-shm", "admin.token", "bot.token",
 		"serve.log", "gateway.log", "lab.log", "pingbot.log", "nats-auth.json",
-		"worker-operator.token", "worker-pingbot.token"} {
+		"worker-operator.token", "worker-pingbot.token", caFile, "build.log"} {
 		if err := os.Remove(filepath.Join(l.cfg.Var, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
 	}
+	if err := os.RemoveAll(filepath.Join(l.cfg.Var, bootDir)); err != nil {
+		return err
+	}
 	return os.RemoveAll(filepath.Join(l.cfg.Var, "nodes"))
+}
+
+// The lab's TLS files under cfg.Var: the emulator's CA and the image built
+// to trust it.
+const (
+	caFile  = "gateway-ca.pem"
+	bootDir = "boot"
+)
+
+// scheme returns plain with Config.Plain, else secure ("http"/"https",
+// "ws"/"wss").
+func (l *Lab) scheme(plain, secure string) string {
+	if l.cfg.Plain {
+		return plain
+	}
+	return secure
+}
+
+// emuTLS returns a TLS client config trusting the emulator's CA (nil with
+// Config.Plain): the lab's own clients of the emulator (its record, the
+// simulated nodes' sessions) verify its chain like any client.
+func (l *Lab) emuTLS() (*tls.Config, error) {
+	if l.cfg.Plain {
+		return nil, nil
+	}
+	pem, err := os.ReadFile(l.CAFile)
+	if err != nil {
+		return nil, fmt.Errorf("lab: the emulator's CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("lab: the emulator's CA %s holds no certificate", l.CAFile)
+	}
+	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
+}
+
+// GatewayClient returns an HTTP client of the emulator's REST and debug
+// routes at GatewayURL, trusting its CA unless the lab is plain.
+func (l *Lab) GatewayClient() (*http.Client, error) {
+	conf, err := l.emuTLS()
+	if err != nil {
+		return nil, err
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = conf
+	return &http.Client{Transport: tr, Timeout: 10 * time.Second}, nil
+}
+
+// gateway returns a client of the emulator's routes (no token).
+func (l *Lab) gateway() (*client, error) {
+	hc, err := l.GatewayClient()
+	if err != nil {
+		return nil, err
+	}
+	c := newClient(l.GatewayURL, "")
+	c.http = hc
+	return c, nil
+}
+
+// buildImage builds the image the QEMU nodes netboot with the emulator's
+// CA as a trust anchor beside the default set (`dpxe build --trust default
+// --trust CA`), into cfg.Var/boot; its output is build.log.
+func (l *Lab) buildImage(ctx context.Context) (string, error) {
+	dir := filepath.Join(l.cfg.Var, bootDir)
+	logPath := filepath.Join(l.cfg.Var, "build.log")
+	cmd := exec.CommandContext(ctx, l.cfg.DPXE, "build", "--out", dir, "--trust", "default", "--trust", l.CAFile)
+	cmd.Dir = l.cfg.Root // the kernel sources
+	out, err := cmd.CombinedOutput()
+	if werr := os.WriteFile(logPath, out, 0o640); werr != nil && err == nil {
+		err = werr
+	}
+	if err != nil {
+		return "", fmt.Errorf("lab: building the image that trusts the emulator's CA: %v; the end of %s:\n%s", err, logPath, tail(logPath, 20))
+	}
+	return dir, nil
 }
 
 // start runs a child process with its output in logName under cfg.Var and
@@ -500,6 +595,10 @@ func (l *Lab) startEmulator(ctx context.Context, wrap func(ctx context.Context, 
 		"-shards", fmt.Sprint(l.cfg.Shards), "-max-concurrency", fmt.Sprint(l.cfg.MaxConcurrency),
 		"-identify-window", l.cfg.IdentifyWindow.String()}
 	args = append(args, extra...)
+	if !l.cfg.Plain {
+		l.CAFile = filepath.Join(l.cfg.Var, caFile)
+		args = append(args, "-tls", "-ca-out", l.CAFile)
+	}
 	if l.cfg.HeartbeatInterval > 0 {
 		args = append(args, "-heartbeat-interval", l.cfg.HeartbeatInterval.String())
 	}
@@ -584,8 +683,11 @@ func readFile(path string) string {
 	return string(b)
 }
 
-// serveArgs are the flags of `dpxe serve` common to both modes.
-func (l *Lab) serveArgs(listen, gatewayAPI string) []string {
+// serveArgs are the flags of `dpxe serve` common to both modes. Plain, the
+// controller fetches the Gateway URL from the emulator's REST API at
+// gatewayAPI; with TLS it hands nodes gatewayURL (wss://) itself, so dpxe
+// serve needs no trust in the lab's CA.
+func (l *Lab) serveArgs(listen, gatewayAPI, gatewayURL string) []string {
 	args := []string{l.cfg.DPXE, "serve",
 		"--db", filepath.Join(l.cfg.Var, "dpxe.db"),
 		"--admin-token-file", l.TokenFile,
@@ -604,7 +706,12 @@ func (l *Lab) serveArgs(listen, gatewayAPI string) []string {
 	}
 	if hasFlag(help, "gateway-api") && hasFlag(help, "bot-token-file") {
 		l.GatewayFlags = true
-		args = append(args, "--gateway-api", gatewayAPI, "--bot-token-file", filepath.Join(l.cfg.Var, "bot.token"))
+		if l.cfg.Plain {
+			args = append(args, "--gateway-api", gatewayAPI)
+		} else {
+			args = append(args, "--gateway-url", gatewayURL)
+		}
+		args = append(args, "--bot-token-file", filepath.Join(l.cfg.Var, "bot.token"))
 		if hasFlag(help, "intents") {
 			args = append(args, "--intents", fmt.Sprint(labIntents))
 		}
@@ -664,7 +771,7 @@ func (l *Lab) startNetns(ctx context.Context) error {
 		return err
 	}
 	l.fwds = append(l.fwds, apiFwd, gwFwd)
-	l.URL, l.GatewayURL = "http://"+apiFwd.Addr(), "http://"+gwFwd.Addr()
+	l.URL, l.GatewayURL = "http://"+apiFwd.Addr(), l.scheme("http", "https")+"://"+gwFwd.Addr()
 	l.state.Listen = l.URL
 	ns, err := netns.New(ctx, l.cfg.Subnet)
 	if err != nil {
@@ -691,12 +798,26 @@ func (l *Lab) startNetns(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var emuArgs []string
+	// The Gateway as the nodes dial it; with TLS the emulator's
+	// certificate names it.
+	gwHost := ip + ":7878"
+	emuArgs := []string{"-public-host", gwHost}
 	if names {
 		emuArgs = []string{"-public-host", labGatewayHost, "-resume-host", labResumeHost}
+		gwHost = labGatewayHost + ":7878"
 	}
 	if _, err := l.startEmulator(ctx, ns.Command, ip+":7878", botToken, emuArgs...); err != nil {
 		return err
+	}
+	l.BootDir = l.cfg.Out
+	if !l.cfg.Plain {
+		// The nodes validate the emulator's chain against anchors in
+		// their image, so this run's image holds its CA.
+		start := time.Now()
+		if l.BootDir, err = l.buildImage(ctx); err != nil {
+			return err
+		}
+		l.logf("image %s: the default trust anchors and the emulator's CA %s (%v)", l.BootDir, l.CAFile, time.Since(start).Round(100*time.Millisecond))
 	}
 	l.TokenFile = filepath.Join(l.cfg.Var, "admin.token")
 	s := l.cfg.Subnet.Addr().As4()
@@ -704,9 +825,18 @@ func (l *Lab) startNetns(ctx context.Context) error {
 	// The operator API and dashboard listen on the namespace's loopback
 	// (dpxe serve keeps them off the boot network); nodes use the boot
 	// listener dpxe serve opens on ip:8080.
-	args := append(l.serveArgs("127.0.0.1:8080", "http://"+ip+":7878/api/v10"),
+	args := append(l.serveArgs("127.0.0.1:8080", "http://"+ip+":7878/api/v10", "wss://"+gwHost),
 		"--interface", ns.Bridge, "--dhcp", "authoritative", "--pool", pool, "--router", ip,
-		"--boot-dir", l.cfg.Out, "--ipv6-no-router")
+		"--boot-dir", l.BootDir, "--ipv6-no-router")
+	if !l.cfg.Plain {
+		// Nodes check in and claim Identifies over HTTPS pinned to
+		// serve's own key. --tls-listen stays on the namespace's
+		// loopback, like --listen (the operator API is never served to
+		// the boot network); serve opens the nodes' own HTTPS listener
+		// on IP:8443, and with netboot and no --controller-url the
+		// scripts carry https://IP:8443 and controller_pin=.
+		args = append(args, "--tls-listen", "127.0.0.1:8443")
+	}
 	if names {
 		args = append(args, "--dns", ip) // the leases name the lab's DNS server
 	}

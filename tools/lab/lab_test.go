@@ -135,10 +135,20 @@ type emulatorState struct {
 	Violations []json.RawMessage `json:"violations"`
 }
 
+// mustGateway is a client of the emulator's routes that trusts its CA.
+func mustGateway(t *testing.T, l *Lab) *client {
+	t.Helper()
+	c, err := l.gateway()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 func readEmulator(t *testing.T, l *Lab) emulatorState {
 	t.Helper()
 	var st emulatorState
-	if err := newClient(l.GatewayURL, "").do(context.Background(), "GET", "/debug/state", nil, &st); err != nil {
+	if err := mustGateway(t, l).do(context.Background(), "GET", "/debug/state", nil, &st); err != nil {
 		t.Fatalf("emulator record: %v", err)
 	}
 	return st
@@ -221,7 +231,7 @@ func checkTornDown(t *testing.T, l *Lab, pids []int, ns string) {
 		t.Errorf("%s still there after a clean Stop", stateFile)
 	}
 	for _, u := range []string{l.URL, l.GatewayURL} {
-		host := strings.TrimPrefix(u, "http://")
+		host := strings.TrimPrefix(strings.TrimPrefix(u, "http://"), "https://")
 		if c, err := net.DialTimeout("tcp", host, time.Second); err == nil {
 			c.Close()
 			t.Errorf("%s still accepts connections after Stop", host)
@@ -234,9 +244,17 @@ func checkTornDown(t *testing.T, l *Lab, pids []int, ns string) {
 // shard must reach READY at the controller and hold a live session at the
 // emulator, with an empty violation record; the dashboard labels the
 // nodes simulated; Stop leaves no process behind.
-func TestLabSimulated(t *testing.T) {
+// By default its emulator serves wss:// and https:// (checkEmulatorTLS).
+func TestLabSimulated(t *testing.T) { labSimulated(t, false) }
+
+// TestLabSimulatedPlain is the same lab with make run's TLS=0: the
+// emulator on http:// and ws://.
+func TestLabSimulatedPlain(t *testing.T) { labSimulated(t, true) }
+
+func labSimulated(t *testing.T, plain bool) {
 	cfg, log := testConfig(t, 2)
 	cfg.Simulate = true
+	cfg.Plain = plain
 	start := time.Now()
 	l, err := Start(context.Background(), cfg)
 	if err != nil {
@@ -253,6 +271,13 @@ func TestLabSimulated(t *testing.T) {
 	}()
 	if l.Mode != ModeSimulated {
 		t.Fatalf("mode %s, want %s", l.Mode, ModeSimulated)
+	}
+	if plain {
+		if !strings.HasPrefix(l.GatewayURL, "http://") || l.CAFile != "" {
+			t.Fatalf("plain lab: emulator %s, CA %q", l.GatewayURL, l.CAFile)
+		}
+	} else {
+		checkEmulatorTLS(t, l)
 	}
 	waitUntil(t, 40*time.Second, "every shard READY", func() string {
 		rep, err := l.Status(context.Background())
@@ -285,6 +310,36 @@ func TestLabSimulated(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkTornDown(t, l, pids, "")
+}
+
+// checkEmulatorTLS checks that the lab's default is TLS: the emulator
+// answers https:// with a chain that verifies against the CA the lab
+// wrote, and refuses a plain http:// request, so every session the tests
+// count as READY ran over wss://.
+func checkEmulatorTLS(t *testing.T, l *Lab) {
+	t.Helper()
+	if !strings.HasPrefix(l.GatewayURL, "https://") || l.CAFile == "" {
+		t.Fatalf("the lab's emulator is %s (CA %q), want https:// by default", l.GatewayURL, l.CAFile)
+	}
+	hc, err := l.GatewayClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := hc.Get(l.GatewayURL + "/debug/state")
+	if err != nil {
+		t.Fatalf("GET /debug/state over https with the lab's CA: %v", err)
+	}
+	resp.Body.Close()
+	if resp.TLS == nil || len(resp.TLS.VerifiedChains) == 0 {
+		t.Fatalf("GET /debug/state: no verified chain")
+	}
+	plain := "http://" + strings.TrimPrefix(l.GatewayURL, "https://") + "/debug/state"
+	if resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(plain); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Errorf("the emulator answered %s in plain HTTP", plain)
+		}
+	}
 }
 
 // TestLabNetns runs the real lab: a namespace, dpxe serve with
@@ -369,6 +424,10 @@ func TestLabNetns(t *testing.T) {
 	}()
 	if l.Mode != ModeNetns {
 		t.Fatalf("mode %s (%s), want %s", l.Mode, l.Why, ModeNetns)
+	}
+	checkEmulatorTLS(t, l)
+	if l.BootDir == cfg.Out {
+		t.Errorf("the nodes netboot %s, want an image built with the emulator's CA", l.BootDir)
 	}
 	// The leftovers are gone, and only they.
 	if netnsExists(ctx, staleNS) {
@@ -458,10 +517,38 @@ func TestLabNetns(t *testing.T) {
 			b, _ := os.ReadFile(filepath.Join(cfg.Var, "nodes", fmt.Sprintf("lab-%d", i), "console.log"))
 			// The Gateway host, or the resume host for a shard handed
 			// over with its session by the other node.
-			if !regexp.MustCompile(`STARTING: connecting to ws://gateway(-us-east1-b)?\.discord\.gg:7878/\?v=10&encoding=json \(10\.`).Match(b) {
+			if !regexp.MustCompile(`STARTING: connecting to wss://gateway(-us-east1-b)?\.discord\.gg:7878/\?v=10&encoding=json \(10\.`).Match(b) {
 				t.Errorf("lab-%d did not dial the Gateway by its host name (%d bytes of console)", i, len(b))
 			}
 		}
+	}
+	// The default is TLS: each node's script named serve's https://
+	// listener with its pin, the node checked in over that pinned
+	// connection (its trusted time came from it), a node that Identified
+	// claimed first over the pinned connection (a node whose shards were
+	// all handed over Resumes and claims nothing), and no shard dialed
+	// ws://.
+	identified := 0
+	for i := 1; i <= cfg.Nodes; i++ {
+		b, _ := os.ReadFile(filepath.Join(cfg.Var, "nodes", fmt.Sprintf("lab-%d", i), "console.log"))
+		for _, re := range []string{`controller=https://10\.213\.0\.1:8443\b`, `time: controller \(pinned https\)`} {
+			if !regexp.MustCompile(re).Match(b) {
+				t.Errorf("lab-%d: no console line %q", i, re)
+			}
+		}
+		if id := regexp.MustCompile(`shard \d+: Identify sent`).FindIndex(b); id != nil {
+			identified++
+			claim := regexp.MustCompile(`claim: pinned TLS 1\.3 connection \d+ to https://10\.213\.0\.1:8443\r?\n`).FindIndex(b)
+			if claim == nil || claim[0] > id[0] {
+				t.Errorf("lab-%d sent an Identify without a claim over the pinned https:// connection before it", i)
+			}
+		}
+		if regexp.MustCompile(`connecting to ws://|refused reason=`).Match(b) {
+			t.Errorf("lab-%d dialed ws:// or refused a connection:\n%s", i, b)
+		}
+	}
+	if identified == 0 {
+		t.Error("no node sent an Identify")
 	}
 	connected := 0
 	for _, s := range st.Shards {

@@ -108,7 +108,11 @@ func (l *Lab) Status(ctx context.Context) (Report, error) {
 			RateLimited int               `json:"rate_limited"`
 		} `json:"rest"`
 	}
-	if err := newClient(l.GatewayURL, "").do(ctx, "GET", "/debug/state", nil, &emu); err != nil {
+	gc, err := l.gateway()
+	if err != nil {
+		return rep, err
+	}
+	if err := gc.do(ctx, "GET", "/debug/state", nil, &emu); err != nil {
 		return rep, fmt.Errorf("the emulator's record: %w", err)
 	}
 	for _, s := range emu.Shards {

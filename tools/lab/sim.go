@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -50,7 +51,7 @@ func (l *Lab) startSimulated(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("lab: the Gateway emulator's address %s: %w", l.cfg.GatewayListen, err)
 	}
-	l.URL, l.GatewayURL = "http://"+listen, "http://"+gwListen
+	l.URL, l.GatewayURL = "http://"+listen, l.scheme("http", "https")+"://"+gwListen
 	l.state.Listen = l.URL
 	botToken := randomToken()
 	if err := os.WriteFile(filepath.Join(l.cfg.Var, "bot.token"), []byte(botToken+"\n"), 0o600); err != nil {
@@ -60,7 +61,7 @@ func (l *Lab) startSimulated(ctx context.Context) error {
 		return err
 	}
 	l.TokenFile = filepath.Join(l.cfg.Var, "admin.token")
-	serve, err := l.start("dpxe serve", "serve.log", nil, l.serveArgs(listen, l.GatewayURL+"/api/v10")...)
+	serve, err := l.start("dpxe serve", "serve.log", nil, l.serveArgs(listen, l.GatewayURL+"/api/v10", "wss://"+gwListen)...)
 	if err != nil {
 		return err
 	}
@@ -94,7 +95,12 @@ func (l *Lab) addSimNode(ctx context.Context, n int) (*Node, error) {
 		return nil, fmt.Errorf("creating %s: %w", name, err)
 	}
 	u, _ := url.Parse(l.GatewayURL)
-	gw := "ws://" + u.Host + "/?v=10&encoding=json"
+	gw := l.scheme("ws", "wss") + "://" + u.Host + "/?v=10&encoding=json"
+	hc, err := l.GatewayClient()
+	if err != nil {
+		return nil, err
+	}
+	hc.Timeout = 0 // the dial's context bounds it (websocket.Dial refuses a client timeout)
 	tok, err := os.ReadFile(filepath.Join(l.cfg.Var, "bot.token"))
 	if err != nil {
 		return nil, err
@@ -106,7 +112,7 @@ func (l *Lab) addSimNode(ctx context.Context, n int) (*Node, error) {
 	l.mu.Lock()
 	nc, natsURL, auth := l.nc, l.NATSURL, l.auth
 	l.mu.Unlock()
-	s := &simNode{id: name, api: newClient(l.URL, out.Credential), gateway: gw, botToken: strings.TrimSpace(string(tok)),
+	s := &simNode{id: name, api: newClient(l.URL, out.Credential), gateway: gw, gatewayHTTP: hc, botToken: strings.TrimSpace(string(tok)),
 		shards: map[uint32]*simShard{}, done: make(chan struct{}), pub: pub, nc: nc, natsURL: natsURL, auth: auth}
 	sctx, cancel := context.WithCancel(l.runCtx)
 	s.cancel = cancel
@@ -122,11 +128,14 @@ func (l *Lab) addSimNode(ctx context.Context, n int) (*Node, error) {
 
 // simNode is one simulated node.
 type simNode struct {
-	id       string
-	api      *client
-	gateway  string
-	botToken string
-	cancel   context.CancelFunc
+	id      string
+	api     *client
+	gateway string
+	// gatewayHTTP dials the Gateway: it trusts the emulator's CA when
+	// the lab runs wss://.
+	gatewayHTTP *http.Client
+	botToken    string
+	cancel      context.CancelFunc
 	// skip holds the event types the check-in answer says not to publish
 	// (appliance.NATSAccess.Skip), nil before an answer with nats.
 	skip atomic.Pointer[map[string]bool]
@@ -474,7 +483,7 @@ func (s *simNode) claim(ctx context.Context, id uint32) error {
 func (s *simNode) session(ctx context.Context, sh *simShard, id, total uint32) error {
 	sh.set(func(st *appliance.ShardStatus) { st.State = appliance.ShardStarting })
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	conn, _, err := websocket.Dial(dctx, s.gateway, nil)
+	conn, _, err := websocket.Dial(dctx, s.gateway, &websocket.DialOptions{HTTPClient: s.gatewayHTTP})
 	cancel()
 	if err != nil {
 		return err

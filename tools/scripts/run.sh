@@ -15,6 +15,10 @@
 # (synthetic messages per second per shard, default 1) and PING_EVERY (every
 # N-th one is "!ping", default 5): with simulated nodes, bin/pingbot answers
 # the pings through the emulator's REST API and the table counts the replies.
+# TLS=1 (the default): the emulator serves https:// and wss:// from a CA it
+# generates (var/lab/gateway-ca.pem), QEMU nodes boot an image built to trust
+# it and check in and claim over https:// pinned to dpxe serve's key
+# (--tls-listen); TLS=0 runs the old plain http:// and ws:// lab.
 # NATS_AUTH=1 (the default) runs dpxe serve --nats-auth: nodes publish with
 # node credentials, pingbot reads with a worker's; NATS_AUTH=0 turns it off.
 set -euo pipefail
@@ -29,6 +33,7 @@ GATEWAY_LISTEN=${GATEWAY_LISTEN:-127.0.0.1:7878}
 MESSAGE_RATE=${MESSAGE_RATE:-1}
 PING_EVERY=${PING_EVERY:-5}
 NATS_AUTH=${NATS_AUTH:-1}
+TLS=${TLS:-1}
 
 mkdir -p bin var
 go build -o bin/dpxe ./cmd/dpxe
@@ -42,6 +47,11 @@ args=(-nodes "$NODES" -shards "$SHARDS" -max-concurrency "$MAX_CONCURRENCY" -fir
 if [ "$NATS_AUTH" = 1 ]; then
   args+=(-nats-auth)
 fi
+case "$TLS" in
+  1) ;;
+  0) args+=(-plain) ;;
+  *) echo "run.sh: TLS=$TLS: want 1 (wss:// and https://, the default) or 0 (plain)" >&2; exit 2 ;;
+esac
 if [ "${SIMULATE:-0}" = 1 ]; then
   args+=(-simulate)
 fi

@@ -46,6 +46,7 @@ func run() int {
 	fs.IntVar(&cfg.PingEvery, "ping-every", 0, "every N-th synthetic guild message is a \"!ping\" (0: none)")
 	fs.BoolVar(&cfg.NATSAuth, "nats-auth", false, "dpxe serve --nats-auth: simulated nodes, pingbot and the CLI connect to NATS with credentials")
 	fs.StringVar(&cfg.Pingbot, "pingbot", "", "the examples/pingbot binary to run against the simulated fleet (\"\": none)")
+	fs.BoolVar(&cfg.Plain, "plain", false, "no TLS (make run TLS=0): the emulator on http:// and ws://, nodes checking in over http://; by default wss://, https:// and pinned check-ins")
 	runFor := fs.Duration("for", 0, "stop by itself after this long (0: until Ctrl-C)")
 	clean := fs.Bool("clean", false, "only remove what a crashed lab left behind")
 	if err := fs.Parse(os.Args[1:]); err != nil {
@@ -140,6 +141,9 @@ func serve(ctx context.Context, l *lab.Lab, started time.Time, runFor time.Durat
 	fmt.Fprintf(&b, "\n  Dashboard      %s/\n", l.URL)
 	fmt.Fprintf(&b, "  Log in         %s\n", link)
 	fmt.Fprintf(&b, "  Gateway emu    %s/debug/state (its record: sessions, Identifies, violations)\n", l.GatewayURL)
+	if l.CAFile != "" {
+		fmt.Fprintf(&b, "  Gateway CA     %s (wss:// and https://; curl --cacert it; TLS=0 for a plain lab)\n", l.CAFile)
+	}
 	fmt.Fprintf(&b, "\n  From another terminal in %s:\n", mustWd())
 	line := func(what, cmd string) { fmt.Fprintf(&b, "    %-18s %s %s%s\n", what, dpxe, cmd, flags) }
 	line("the fleet", "nodes")
