@@ -19,7 +19,10 @@ import (
 // kernel's large-message test failed that way on a loaded machine.)
 func TestHeartbeatsWhileALargeMessageWaits(t *testing.T) {
 	o := fastOptions()
-	o.HeartbeatInterval = 400 * time.Millisecond // grace 100 ms
+	// A deadline of 1.5 s + the grace: a heartbeat every 200 ms keeps it with
+	// a wide margin on a loaded machine (a 400 ms interval failed under load
+	// when the test's own sends were delayed by 300 ms).
+	o.HeartbeatInterval = 1500 * time.Millisecond
 	o.Guilds = 1
 	o.GuildCreateBytes = []int{8 << 20}
 	o.GuildMembers = 40_000
@@ -58,10 +61,9 @@ func TestHeartbeatsWhileALargeMessageWaits(t *testing.T) {
 		}
 		break
 	}
-	// Not reading: 10 heartbeats, 200 ms apart (2 s, four times the
-	// deadline of 500 ms), while the GUILD_CREATE waits in the emulator's
-	// writer.
-	const beats = 10
+	// Not reading: 25 heartbeats, 200 ms apart (5 s, three deadlines),
+	// while the GUILD_CREATE waits in the emulator's writer.
+	const beats = 25
 	tick := time.NewTicker(200 * time.Millisecond)
 	for i := range beats {
 		c.send(OpHeartbeat, 1)
