@@ -126,7 +126,8 @@ func CleanLeftovers(ctx context.Context, dir string) ([]string, error) {
 			syscall.Kill(pid, syscall.SIGKILL)
 			did = append(did, fmt.Sprintf("killed pid %d (%s) in namespace %s", pid, firstWord(cmdline(pid)), st.Netns))
 		}
-		if out, err := exec.CommandContext(ctx, "ip", "netns", "del", st.Netns).CombinedOutput(); err != nil {
+		// Gone in between (another sweep of stale namespaces took it) is as good as removed.
+		if out, err := exec.CommandContext(ctx, "ip", "netns", "del", st.Netns).CombinedOutput(); err != nil && netnsExists(ctx, st.Netns) {
 			return did, fmt.Errorf("removing namespace %s: %v: %s", st.Netns, err, strings.TrimSpace(string(out)))
 		}
 		did = append(did, "removed namespace "+st.Netns+" (with its bridge and taps)")
