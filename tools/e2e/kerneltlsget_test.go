@@ -177,6 +177,16 @@ func TestKernelTLSGet(t *testing.T) {
 	// answered with a P-256 share; no handshake error in its log
 	var hrrErrs lockedBuffer
 	serve(subnet+".1:8448", good.chain, 0, &hrrErrs, tls.CurveP256)
+	// one GET, then what the kernel does when it ends: tlsCloseServer
+	closeSeen := make(chan string, 1)
+	{
+		ln, err := listenInNetns(ns.Name, subnet+".1:8450")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		go func() { closeSeen <- tlsCloseServer(&helloListener{Listener: ln, log: &hellos}, good.chain, body) }()
+	}
 
 	// openssl s_server -www with the good chain, one suite each
 	haveOpenSSL := false
@@ -207,6 +217,7 @@ func TestKernelTLSGet(t *testing.T) {
 		{"unknown-root", "https://" + subnet + ".1:8444/api/v10/gateway," + name, "unknown_ca", "", false, "", ""},
 		{"tls12-only", "https://" + subnet + ".1:8445/api/v10/gateway," + name, "protocol_version", "", false, "", ""},
 		{"hello-retry", "https://" + subnet + ".1:8448/api/v10/gateway," + name, "", "", true, "secp256r1", ""},
+		{"go-close", "https://" + subnet + ".1:8450/api/v10/gateway," + name, "", "", true, "", ""},
 	}
 	t.Cleanup(func() {
 		// every boot drew its own random (and x25519 key) from a seeded DRBG
@@ -217,8 +228,8 @@ func TestKernelTLSGet(t *testing.T) {
 			}
 			seen[r] = true
 		}
-		if len(seen) < 6 {
-			t.Errorf("%d ClientHello randoms recorded, want one per boot against a Go server (6)", len(seen))
+		if len(seen) < 7 {
+			t.Errorf("%d ClientHello randoms recorded, want one per boot against a Go server (7)", len(seen))
 		}
 	})
 	for i, c := range cases {
@@ -289,6 +300,17 @@ func TestKernelTLSGet(t *testing.T) {
 			if m[8] != "2" {
 				t.Errorf("chain=%s, want 2 (leaf and intermediate; the anchor is not counted)", m[8])
 			}
+			if c.label == "go-close" {
+				// QEMU has exited: the server has all it will get
+				select {
+				case s := <-closeSeen:
+					if s != "" {
+						t.Errorf("the server, after the response: %s", s)
+					}
+				case <-time.After(30 * time.Second):
+					t.Errorf("the close server did not finish in 30 s")
+				}
+			}
 			if c.suite != "" && m[5] != c.suite {
 				t.Errorf("suite %s, want %s", m[5], c.suite)
 			}
@@ -317,6 +339,91 @@ func TestKernelTLSGet(t *testing.T) {
 			}
 		})
 	}
+}
+
+// tlsCloseServer serves one connection from ln: it reads one request,
+// answers with body and its close_notify (CloseWrite, as net/http does
+// after "Connection: close"), then reads on and returns "" when the client
+// ended the way tlsget= must before its VM goes: our Read returns io.EOF
+// for the client's close_notify (its last record is an alert: 5 + 2 + 1 +
+// 16 bytes; a bare FIN would end Go's Read with io.EOF too, which is why
+// the records are counted), then the TCP stream ends with a FIN (io.EOF,
+// not a reset, not silence). Anything else is described.
+func tlsCloseServer(ln net.Listener, cert tls.Certificate, body []byte) string {
+	c, err := ln.Accept()
+	if err != nil {
+		return "accept: " + err.Error()
+	}
+	defer c.Close()
+	raw := &recordConn{Conn: c}
+	tc := tls.Server(raw, &tls.Config{Certificates: []tls.Certificate{cert}})
+	tc.SetDeadline(time.Now().Add(150 * time.Second))
+	var req []byte
+	buf := make([]byte, 4096)
+	for !bytes.Contains(req, []byte("\r\n\r\n")) {
+		if len(req) > 16384 {
+			return "a request head over 16 KiB"
+		}
+		n, err := tc.Read(buf)
+		req = append(req, buf[:n]...)
+		if err != nil {
+			return fmt.Sprintf("reading the request: %v", err)
+		}
+	}
+	head := fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n", len(body))
+	if _, err := tc.Write(append([]byte(head), body...)); err != nil {
+		return fmt.Sprintf("writing the response: %v", err)
+	}
+	if err := tc.CloseWrite(); err != nil {
+		return fmt.Sprintf("our close_notify: %v", err)
+	}
+	n, err := tc.Read(buf)
+	if n != 0 || err != io.EOF {
+		return fmt.Sprintf("after the response Read gave %d bytes, %v; want io.EOF (close_notify)", n, err)
+	}
+	recs := raw.records()
+	if len(recs) < 3 || recs[len(recs)-1] != 5+2+1+16 {
+		return fmt.Sprintf("the client's records %v: the last is not a TLS 1.3 alert (24 bytes), so no close_notify before its FIN", recs)
+	}
+	if !raw.eof {
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		n, err = c.Read(buf)
+		if n != 0 || err != io.EOF {
+			return fmt.Sprintf("after close_notify the TCP read gave %d bytes, %v; want io.EOF (the client's FIN)", n, err)
+		}
+	}
+	return ""
+}
+
+// recordConn keeps every byte read from the connection and whether the
+// stream ended (io.EOF).
+type recordConn struct {
+	net.Conn
+	in  []byte
+	eof bool
+}
+
+func (c *recordConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.in = append(c.in, p[:n]...)
+	if err == io.EOF {
+		c.eof = true
+	}
+	return n, err
+}
+
+// records is the length (header included) of each whole TLS record read.
+func (c *recordConn) records() []int {
+	var out []int
+	for b := c.in; len(b) >= 5; {
+		n := 5 + (int(b[3])<<8 | int(b[4]))
+		if n > len(b) {
+			break
+		}
+		out = append(out, n)
+		b = b[n:]
+	}
+	return out
 }
 
 // startOpenSSLServer runs Debian's openssl s_server -tls1_3 in ns on addr
