@@ -23,7 +23,10 @@ func TestCampaignTermsAndFencing(t *testing.T) { pgtest.Each(t, testCampaignTerm
 func testCampaignTermsAndFencing(t *testing.T, dsn string) {
 	ctx := context.Background()
 	a, b := openDSN(t, dsn), openDSN(t, dsn)
-	const ttl = 300 * time.Millisecond
+	// A lease far longer than any step of the test, so a loaded machine
+	// cannot let one lapse where the test does not mean it to; a's lease
+	// is made to lapse on purpose below, by a renewal with the shortest ttl.
+	const ttl = time.Minute
 	la, err := a.Campaign(ctx, "a", "http://a", ttl)
 	if err != nil || !la.Leader || la.Term != 1 || la.Holder != "a" {
 		t.Fatalf("first campaign: %+v %v", la, err)
@@ -42,6 +45,9 @@ func testCampaignTermsAndFencing(t *testing.T, dsn string) {
 		t.Fatalf("follower's fenced write: %v", err)
 	}
 	// b takes over once the lease has expired on the database's clock.
+	if la, err = a.Campaign(ctx, "a", "http://a", time.Millisecond); err != nil || !la.Leader || la.Term != 1 {
+		t.Fatalf("renewal with the shortest ttl: %+v %v", la, err)
+	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		lb, err = b.Campaign(ctx, "b", "http://b", ttl)
@@ -54,7 +60,7 @@ func testCampaignTermsAndFencing(t *testing.T, dsn string) {
 		if time.Now().After(deadline) {
 			t.Fatalf("b never took the lease: %+v", lb)
 		}
-		time.Sleep(ttl / 5)
+		time.Sleep(20 * time.Millisecond)
 	}
 	if lb.Term != 2 || lb.Holder != "b" {
 		t.Fatalf("takeover: %+v", lb)
