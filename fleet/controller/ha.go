@@ -46,6 +46,11 @@ type haState struct {
 	lost []seqRange
 	// unfenced is a deliberate mutation for tests (DisableFencing).
 	unfenced bool
+	// leaseLate is a deliberate mutation for tests
+	// (AnswerBeforeLeaseCommit): renewals are committed after the answer,
+	// at the next flush (lateLeases), as before issue 20's lease commit.
+	leaseLate  bool
+	lateLeases []string
 	// The resume hand-offs and restart requests as last committed, so a
 	// batch carries them only when they changed.
 	wroteHandoffs map[uint32]store.Handoff
@@ -75,6 +80,61 @@ func (c *Controller) DisableFencing() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.ha.unfenced = true
+}
+
+// AnswerBeforeLeaseCommit is a deliberate mutation for the replica tests:
+// a check-in's lease renewal is committed after its answer, with the next
+// batch, so a leader that dies in between leaves an older deadline in the
+// database than the node holds. Never in production.
+func (c *Controller) AnswerBeforeLeaseCommit() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ha.leaseLate = true
+}
+
+// leaseFenceLocked is the fence a check-in's lease renewal is committed
+// under before its answer, or nil when none is (no replicas, or a
+// mutation).
+func (c *Controller) leaseFenceLocked(nodeID string) *store.Fence {
+	if !c.ha.enabled || c.ha.fence == nil || c.ha.unfenced {
+		return nil
+	}
+	if c.ha.leaseLate {
+		c.ha.lateLeases = append(c.ha.lateLeases, nodeID)
+		return nil
+	}
+	f := *c.ha.fence
+	return &f
+}
+
+// commitLease commits a check-in's lease renewal (lease from now on the
+// database's clock) under f before the check-in is answered. A fenced
+// renewal ends the leadership like a fenced batch.
+func (c *Controller) commitLease(ctx context.Context, f store.Fence, nodeID string, lease time.Duration) error {
+	err := c.st.RenewLease(ctx, f, nodeID, lease)
+	if err == nil {
+		return nil
+	}
+	c.haFlushFailed(err)
+	if errors.Is(err, store.ErrFenced) {
+		return fmt.Errorf("%w: %w", ErrNotLeader, err)
+	}
+	return err
+}
+
+// commitLateLeases is the AnswerBeforeLeaseCommit mutation's flush of the
+// renewals answered since the last one.
+func (c *Controller) commitLateLeases(ctx context.Context) {
+	c.mu.Lock()
+	ids, fence, lease := c.ha.lateLeases, c.ha.fence, c.cfg.Lease
+	c.ha.lateLeases = nil
+	c.mu.Unlock()
+	if fence == nil {
+		return
+	}
+	for _, id := range ids {
+		_ = c.st.RenewLease(ctx, *fence, id, lease)
+	}
 }
 
 // Role is the replica's view of leadership.
@@ -140,7 +200,7 @@ func (c *Controller) haFieldsLocked(resp *appliance.CheckinResponse) {
 // trustUntil (monotonic; Renewed extends it). A failed load or first write
 // leaves it following.
 func (c *Controller) Lead(ctx context.Context, fence store.Fence, leaderURL string, trustUntil time.Time) error {
-	fresh, restored, err := load(ctx, c.st, c.Config(), c.now, c.log)
+	fresh, restored, err := load(ctx, c.st, c.Config(), c.now, c.log, true)
 	if err != nil {
 		return err
 	}
@@ -224,7 +284,7 @@ func (c *Controller) Observe(ctx context.Context) error {
 	if c.Role().Leading {
 		return nil
 	}
-	fresh, _, err := load(ctx, c.st, c.Config(), c.now, c.log)
+	fresh, _, err := load(ctx, c.st, c.Config(), c.now, c.log, true)
 	if err != nil {
 		return err
 	}
