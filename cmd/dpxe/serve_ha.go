@@ -126,6 +126,12 @@ type replica struct {
 	proxies   map[string]*httputil.ReverseProxy
 }
 
+// haTestMutation is empty in every build but the replica tests' mutated
+// ones, which set it with -ldflags -X (serve_ha_test.go):
+// "answer-before-lease-commit" commits node lease renewals after the
+// answer (controller.AnswerBeforeLeaseCommit).
+var haTestMutation string
+
 func attachHA(ctx context.Context, app *fleetApp, log *slog.Logger) (func(context.Context) error, error) {
 	if !store.IsPostgresURL(app.cfg.DB) {
 		return nil, nil
@@ -145,6 +151,10 @@ func attachHA(ctx context.Context, app *fleetApp, log *slog.Logger) (func(contex
 	}
 	r.forwardKey = key
 	app.controller.EnableHA(func(error) { r.wake() })
+	if haTestMutation == "answer-before-lease-commit" {
+		log.Warn("deliberate test mutation: lease renewals committed after the answer")
+		app.controller.AnswerBeforeLeaseCommit()
+	}
 	app.ha = r
 	app.mux.HandleFunc("GET /v1/replicas", r.listReplicas)
 	return r.run, nil
