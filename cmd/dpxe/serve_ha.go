@@ -129,7 +129,8 @@ type replica struct {
 // haTestMutation is empty in every build but the replica tests' mutated
 // ones, which set it with -ldflags -X (serve_ha_test.go):
 // "answer-before-lease-commit" commits node lease renewals after the
-// answer (controller.AnswerBeforeLeaseCommit).
+// answer (controller.AnswerBeforeLeaseCommit), "first-lease-only" only
+// each node's first renewal of a term (controller.CommitFirstLeaseOnly).
 var haTestMutation string
 
 func attachHA(ctx context.Context, app *fleetApp, log *slog.Logger) (func(context.Context) error, error) {
@@ -154,6 +155,10 @@ func attachHA(ctx context.Context, app *fleetApp, log *slog.Logger) (func(contex
 	if haTestMutation == "answer-before-lease-commit" {
 		log.Warn("deliberate test mutation: lease renewals committed after the answer")
 		app.controller.AnswerBeforeLeaseCommit()
+	}
+	if haTestMutation == "first-lease-only" {
+		log.Warn("deliberate test mutation: only first lease renewals committed")
+		app.controller.CommitFirstLeaseOnly()
 	}
 	app.ha = r
 	app.mux.HandleFunc("GET /v1/replicas", r.listReplicas)

@@ -51,6 +51,10 @@ type haState struct {
 	// at the next flush (lateLeases), as before issue 20's lease commit.
 	leaseLate  bool
 	lateLeases []string
+	// leaseOnce is a harsher mutation (CommitFirstLeaseOnly): only a
+	// node's first renewal of this term is committed, as if every later
+	// one were lost with its leader.
+	leaseOnce map[string]bool
 	// The resume hand-offs and restart requests as last committed, so a
 	// batch carries them only when they changed.
 	wroteHandoffs map[uint32]store.Handoff
@@ -92,6 +96,16 @@ func (c *Controller) AnswerBeforeLeaseCommit() {
 	c.ha.leaseLate = true
 }
 
+// CommitFirstLeaseOnly is a deliberate mutation for the replica tests:
+// a check-in's lease renewal is committed only for the node's first
+// check-in of each term, so the stored deadlines fall behind the nodes'
+// own by up to a lease. Never in production.
+func (c *Controller) CommitFirstLeaseOnly() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ha.leaseOnce = map[string]bool{}
+}
+
 // leaseFenceLocked is the fence a check-in's lease renewal is committed
 // under before its answer, or nil when none is (no replicas, or a
 // mutation).
@@ -102,6 +116,13 @@ func (c *Controller) leaseFenceLocked(nodeID string) *store.Fence {
 	if c.ha.leaseLate {
 		c.ha.lateLeases = append(c.ha.lateLeases, nodeID)
 		return nil
+	}
+	if c.ha.leaseOnce != nil {
+		key := fmt.Sprintf("%d/%s", c.ha.fence.Term, nodeID)
+		if c.ha.leaseOnce[key] {
+			return nil
+		}
+		c.ha.leaseOnce[key] = true
 	}
 	f := *c.ha.fence
 	return &f
