@@ -237,8 +237,9 @@ type Controller struct {
 	// under (crashresume.go); both stored.
 	sessions      map[uint32]*shardSession
 	grantGen      []uint64
-	noCrashResume bool    // a deliberate mutation (DisableCrashResume)
-	ha            haState // replicas (ha.go)
+	noCrashResume bool       // a deliberate mutation (DisableCrashResume)
+	ha            haState    // replicas (ha.go)
+	leases        leaseQueue // check-ins' lease renewals awaiting their group commit (ha.go)
 
 	onLive   func(nodeID, addr string)        // see OnNodeLive; guarded by mu
 	onCommit func(d time.Duration, err error) // see OnCommit; guarded by mu

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/discord-pxe/dpxe/appliance"
@@ -128,11 +129,57 @@ func (c *Controller) leaseFenceLocked(nodeID string) *store.Fence {
 	return &f
 }
 
+// leaseGroup is the renewals waiting for one group commit.
+type leaseGroup struct {
+	fence store.Fence
+	ids   []string
+	done  chan struct{}
+	err   error
+}
+
+// leaseQueue gathers concurrent check-ins' renewals: while one group
+// commits, the renewals that arrive wait in the next, which the first of
+// them commits in one statement once the previous commit is over.
+type leaseQueue struct {
+	commit sync.Mutex // held while a group commits
+	mu     sync.Mutex
+	next   *leaseGroup
+}
+
 // commitLease commits a check-in's lease renewal (lease from now on the
-// database's clock) under f before the check-in is answered. A fenced
-// renewal ends the leadership like a fenced batch.
+// database's clock) under f before the check-in is answered, grouped with
+// the renewals of concurrent check-ins. A fenced renewal ends the
+// leadership like a fenced batch.
 func (c *Controller) commitLease(ctx context.Context, f store.Fence, nodeID string, lease time.Duration) error {
-	err := c.st.RenewLease(ctx, f, nodeID, lease)
+	q := &c.leases
+	q.mu.Lock()
+	g := q.next
+	if g == nil || g.fence != f {
+		g = &leaseGroup{fence: f, done: make(chan struct{})}
+		q.next = g
+	}
+	if !slices.Contains(g.ids, nodeID) {
+		g.ids = append(g.ids, nodeID)
+	}
+	q.mu.Unlock()
+	q.commit.Lock()
+	select {
+	case <-g.done: // committed by another check-in of the group
+		q.commit.Unlock()
+	default:
+		q.mu.Lock()
+		if q.next == g {
+			q.next = nil
+		}
+		ids := g.ids
+		q.mu.Unlock()
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		g.err = c.st.RenewLeases(cctx, g.fence, ids, lease)
+		cancel()
+		close(g.done)
+		q.commit.Unlock()
+	}
+	err := g.err
 	if err == nil {
 		return nil
 	}

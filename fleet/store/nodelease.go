@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -34,20 +35,36 @@ CREATE TABLE node_leases (
 // leader, which loads after its takeover commits, sees every renewal the
 // old leader answered.
 func (s *Store) RenewLease(ctx context.Context, f Fence, nodeID string, lease time.Duration) error {
+	return s.RenewLeases(ctx, f, []string{nodeID}, lease)
+}
+
+// RenewLeases is RenewLease for several nodes in one statement (a group
+// commit of concurrent check-ins). ids must be distinct.
+func (s *Store) RenewLeases(ctx context.Context, f Fence, ids []string, lease time.Duration) error {
+	if len(ids) == 0 {
+		return nil
+	}
 	now := s.dbNowMS()
 	lock, greatest := ``, `max`
 	if s.dialect == dialectPostgres {
 		lock, greatest = ` FOR KEY SHARE`, `GREATEST`
 	}
-	res, err := s.exec(ctx, `WITH f AS (SELECT term FROM ha_leader WHERE id = 1 AND term = ? AND holder = ? AND expires_at > `+now+lock+`)
-		INSERT INTO node_leases(node_id, deadline, term) SELECT ?, `+now+` + ?, f.term FROM f WHERE true
-		ON CONFLICT(node_id) DO UPDATE SET deadline = `+greatest+`(node_leases.deadline, excluded.deadline), term = excluded.term`,
-		f.Term, f.Holder, nodeID, lease.Milliseconds())
-	if err != nil {
-		return fmt.Errorf("store: renew lease of %s: %w", nodeID, err)
+	values := strings.TrimSuffix(strings.Repeat("(?),", len(ids)), ",")
+	args := []any{f.Term, f.Holder}
+	for _, id := range ids {
+		args = append(args, id)
 	}
-	if n, _ := res.RowsAffected(); n != 1 {
-		return fmt.Errorf("renew lease of %s, term %d of %s: %w", nodeID, f.Term, f.Holder, ErrFenced)
+	args = append(args, lease.Milliseconds())
+	res, err := s.exec(ctx, `WITH f AS (SELECT term FROM ha_leader WHERE id = 1 AND term = ? AND holder = ? AND expires_at > `+now+lock+`),
+		ids(id) AS (VALUES `+values+`)
+		INSERT INTO node_leases(node_id, deadline, term) SELECT ids.id, `+now+` + ?, f.term FROM f, ids WHERE true
+		ON CONFLICT(node_id) DO UPDATE SET deadline = `+greatest+`(node_leases.deadline, excluded.deadline), term = excluded.term`,
+		args...)
+	if err != nil {
+		return fmt.Errorf("store: renew leases of %d nodes (%s...): %w", len(ids), ids[0], err)
+	}
+	if n, _ := res.RowsAffected(); n != int64(len(ids)) {
+		return fmt.Errorf("renew leases of %d nodes, term %d of %s: %w", len(ids), f.Term, f.Holder, ErrFenced)
 	}
 	return nil
 }
