@@ -18,8 +18,9 @@ import (
 // leader and at once starts a fifth node (a new one each time), so the
 // fleet needs a new plan; it reports the time from the SIGKILL until
 // another replica says it leads (elect-ms) and until the plan generation
-// in the database rises (plan-ms: the new leader's first plan change,
-// after its restart grace of one node lease), and the p99 and max of the
+// in the database rises (plan-ms: the new leader's first plan change, at
+// the first check-in after its takeover: it trusts the committed node
+// lease deadlines, docs/ha.md, so it waits for no restart grace), and the p99 and max of the
 // nodes' check-in round trips (retries across replicas within one round
 // included) answered between the SIGKILL and that plan change, the longest
 // a node went between two answered check-ins (checkin-gap-max-ms: what a

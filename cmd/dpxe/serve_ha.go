@@ -126,6 +126,13 @@ type replica struct {
 	proxies   map[string]*httputil.ReverseProxy
 }
 
+// haTestMutation is empty in every build but the replica tests' mutated
+// ones, which set it with -ldflags -X (serve_ha_test.go):
+// "answer-before-lease-commit" commits node lease renewals after the
+// answer (controller.AnswerBeforeLeaseCommit), "first-lease-only" only
+// each node's first renewal of a term (controller.CommitFirstLeaseOnly).
+var haTestMutation string
+
 func attachHA(ctx context.Context, app *fleetApp, log *slog.Logger) (func(context.Context) error, error) {
 	if !store.IsPostgresURL(app.cfg.DB) {
 		return nil, nil
@@ -145,6 +152,14 @@ func attachHA(ctx context.Context, app *fleetApp, log *slog.Logger) (func(contex
 	}
 	r.forwardKey = key
 	app.controller.EnableHA(func(error) { r.wake() })
+	if haTestMutation == "answer-before-lease-commit" {
+		log.Warn("deliberate test mutation: lease renewals committed after the answer")
+		app.controller.AnswerBeforeLeaseCommit()
+	}
+	if haTestMutation == "first-lease-only" {
+		log.Warn("deliberate test mutation: only first lease renewals committed")
+		app.controller.CommitFirstLeaseOnly()
+	}
 	app.ha = r
 	app.mux.HandleFunc("GET /v1/replicas", r.listReplicas)
 	return r.run, nil

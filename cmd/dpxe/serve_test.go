@@ -24,10 +24,15 @@ import (
 // e2eDeadline bounds every wait of the end-to-end test.
 const e2eDeadline = 30 * time.Second
 
-// buildDpxe compiles this command into dir.
-func buildDpxe(dir string) (string, error) {
+// buildDpxe compiles this command into dir; ldflags, if any, are passed
+// to go build (the replica tests' mutations).
+func buildDpxe(dir string, ldflags ...string) (string, error) {
 	bin := filepath.Join(dir, "dpxe")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	args := []string{"build", "-o", bin}
+	if len(ldflags) > 0 {
+		args = append(args, "-ldflags", strings.Join(ldflags, " "))
+	}
+	out, err := exec.Command("go", append(args, ".")...).CombinedOutput()
 	if err != nil {
 		return "", errors.New(string(out))
 	}

@@ -163,9 +163,18 @@ func (c *Controller) Checkin(ctx context.Context, req *appliance.CheckinRequest,
 	}
 	need := max(c.genSeq, n.grantSeq)
 	durable := need <= c.flushedSeq
+	fence, lease := c.leaseFenceLocked(n.id), c.cfg.Lease
 	c.mu.Unlock()
 	if becameLive != nil {
 		becameLive(n.id, addr)
+	}
+	// With replicas the renewal itself is committed, on the database's
+	// clock, before the answer: a new leader trusts the stored deadline
+	// (load), which is then never earlier than the node's own.
+	if fence != nil {
+		if err := c.commitLease(ctx, *fence, n.id, lease); err != nil {
+			return appliance.CheckinResponse{}, err
+		}
 	}
 	if !durable {
 		if err := c.waitDurable(ctx, need); err != nil {

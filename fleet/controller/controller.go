@@ -237,8 +237,9 @@ type Controller struct {
 	// under (crashresume.go); both stored.
 	sessions      map[uint32]*shardSession
 	grantGen      []uint64
-	noCrashResume bool    // a deliberate mutation (DisableCrashResume)
-	ha            haState // replicas (ha.go)
+	noCrashResume bool       // a deliberate mutation (DisableCrashResume)
+	ha            haState    // replicas (ha.go)
+	leases        leaseQueue // check-ins' lease renewals awaiting their group commit (ha.go)
 
 	onLive   func(nodeID, addr string)        // see OnNodeLive; guarded by mu
 	onCommit func(d time.Duration, err error) // see OnCommit; guarded by mu
@@ -259,7 +260,7 @@ func New(ctx context.Context, st *store.Store, cfg Config, now func() time.Time,
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	c, restored, err := load(ctx, st, cfg, now, log)
+	c, restored, err := load(ctx, st, cfg, now, log, false)
 	if err != nil {
 		return nil, err
 	}
@@ -275,6 +276,9 @@ func New(ctx context.Context, st *store.Store, cfg Config, now func() time.Time,
 // loadDetail is the detail of the controller_start event of a load that
 // restored restored nodes live.
 func (c *Controller) loadDetail(restored int) string {
+	if restored > 0 && c.graceUntil.IsZero() {
+		return fmt.Sprintf("generation %d, %d nodes restored live until their stored lease deadlines", c.gen, restored)
+	}
 	if restored > 0 {
 		return fmt.Sprintf("generation %d, %d nodes restored live; no rebalance before %s",
 			c.gen, restored, c.graceUntil.Format(time.RFC3339))
@@ -285,7 +289,15 @@ func (c *Controller) loadDetail(restored int) string {
 // load builds a controller from the store's state without writing
 // anything; New and a replica taking the lead (ha.go) use it. It returns
 // how many nodes it restored live.
-func load(ctx context.Context, st *store.Store, cfg Config, now func() time.Time, log *slog.Logger) (*Controller, int, error) {
+//
+// With leases (replicas), a restored node's lease runs until its deadline
+// committed before its last answer (store.RenewLease), read against the
+// database's clock; only a node without one (written by an older version)
+// gets a full lease from now, and the restart grace (no rebalance) covers
+// those nodes only. Without leases (a single controller, whose renewals
+// reach the store up to a flush later), every restored node gets a full
+// lease from now and the grace.
+func load(ctx context.Context, st *store.Store, cfg Config, now func() time.Time, log *slog.Logger, leases bool) (*Controller, int, error) {
 	c := &Controller{
 		cfg:       cfg,
 		now:       now,
@@ -298,6 +310,19 @@ func load(ctx context.Context, st *store.Store, cfg Config, now func() time.Time
 		answering: make([]int, cfg.MaxConcurrency),
 	}
 	t := now()
+	var left map[string]time.Duration
+	var leftAt time.Time
+	if leases {
+		var err error
+		if left, err = st.LeaseRemaining(ctx); err != nil {
+			return nil, 0, fmt.Errorf("controller: load node leases: %w", err)
+		}
+		// Read after the statement: the remaining times are measured no
+		// earlier than it, so leftAt plus one is never before the stored
+		// deadline.
+		leftAt = now()
+	}
+	unleased := false
 	rows, err := st.Nodes(ctx)
 	if err != nil {
 		return nil, 0, fmt.Errorf("controller: load nodes: %w", err)
@@ -325,7 +350,12 @@ func load(ctx context.Context, st *store.Store, cfg Config, now func() time.Time
 			return nil, 0, fmt.Errorf("controller: node %s: %w", r.ID, err)
 		}
 		n.live = true
-		n.deadline = t.Add(cfg.Lease)
+		if d, ok := left[n.id]; ok {
+			n.deadline = leftAt.Add(d)
+		} else {
+			n.deadline = t.Add(cfg.Lease)
+			unleased = true
+		}
 		if n.capacity == 0 {
 			n.capacity = 1
 		}
@@ -367,10 +397,15 @@ func load(ctx context.Context, st *store.Store, cfg Config, now func() time.Time
 	// left after the stored plan was written. The generation moves only if
 	// the assignment does.
 	c.dirty = true
-	if restored > 0 {
+	if restored > 0 && (!leases || unleased) {
 		c.graceUntil = t.Add(cfg.Lease)
 	}
 	c.nextSweep = t.Add(cfg.Lease)
+	for _, n := range c.live {
+		if n.deadline.Before(c.nextSweep) {
+			c.nextSweep = n.deadline.Add(time.Nanosecond)
+		}
+	}
 	if err := c.loadStartOrder(ctx); err != nil {
 		return nil, 0, fmt.Errorf("controller: load identify history: %w", err)
 	}

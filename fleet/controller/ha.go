@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/discord-pxe/dpxe/appliance"
@@ -46,6 +47,15 @@ type haState struct {
 	lost []seqRange
 	// unfenced is a deliberate mutation for tests (DisableFencing).
 	unfenced bool
+	// leaseLate is a deliberate mutation for tests
+	// (AnswerBeforeLeaseCommit): renewals are committed after the answer,
+	// at the next flush (lateLeases), as before issue 20's lease commit.
+	leaseLate  bool
+	lateLeases []string
+	// leaseOnce is a harsher mutation (CommitFirstLeaseOnly): only a
+	// node's first renewal of this term is committed, as if every later
+	// one were lost with its leader.
+	leaseOnce map[string]bool
 	// The resume hand-offs and restart requests as last committed, so a
 	// batch carries them only when they changed.
 	wroteHandoffs map[uint32]store.Handoff
@@ -75,6 +85,124 @@ func (c *Controller) DisableFencing() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.ha.unfenced = true
+}
+
+// AnswerBeforeLeaseCommit is a deliberate mutation for the replica tests:
+// a check-in's lease renewal is committed after its answer, with the next
+// batch, so a leader that dies in between leaves an older deadline in the
+// database than the node holds. Never in production.
+func (c *Controller) AnswerBeforeLeaseCommit() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ha.leaseLate = true
+}
+
+// CommitFirstLeaseOnly is a deliberate mutation for the replica tests:
+// a check-in's lease renewal is committed only for the node's first
+// check-in of each term, so the stored deadlines fall behind the nodes'
+// own by up to a lease. Never in production.
+func (c *Controller) CommitFirstLeaseOnly() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ha.leaseOnce = map[string]bool{}
+}
+
+// leaseFenceLocked is the fence a check-in's lease renewal is committed
+// under before its answer, or nil when none is (no replicas, or a
+// mutation).
+func (c *Controller) leaseFenceLocked(nodeID string) *store.Fence {
+	if !c.ha.enabled || c.ha.fence == nil || c.ha.unfenced {
+		return nil
+	}
+	if c.ha.leaseLate {
+		c.ha.lateLeases = append(c.ha.lateLeases, nodeID)
+		return nil
+	}
+	if c.ha.leaseOnce != nil {
+		key := fmt.Sprintf("%d/%s", c.ha.fence.Term, nodeID)
+		if c.ha.leaseOnce[key] {
+			return nil
+		}
+		c.ha.leaseOnce[key] = true
+	}
+	f := *c.ha.fence
+	return &f
+}
+
+// leaseGroup is the renewals waiting for one group commit.
+type leaseGroup struct {
+	fence store.Fence
+	ids   []string
+	done  chan struct{}
+	err   error
+}
+
+// leaseQueue gathers concurrent check-ins' renewals: while one group
+// commits, the renewals that arrive wait in the next, which the first of
+// them commits in one statement once the previous commit is over.
+type leaseQueue struct {
+	commit sync.Mutex // held while a group commits
+	mu     sync.Mutex
+	next   *leaseGroup
+}
+
+// commitLease commits a check-in's lease renewal (lease from now on the
+// database's clock) under f before the check-in is answered, grouped with
+// the renewals of concurrent check-ins. A fenced renewal ends the
+// leadership like a fenced batch.
+func (c *Controller) commitLease(ctx context.Context, f store.Fence, nodeID string, lease time.Duration) error {
+	q := &c.leases
+	q.mu.Lock()
+	g := q.next
+	if g == nil || g.fence != f {
+		g = &leaseGroup{fence: f, done: make(chan struct{})}
+		q.next = g
+	}
+	if !slices.Contains(g.ids, nodeID) {
+		g.ids = append(g.ids, nodeID)
+	}
+	q.mu.Unlock()
+	q.commit.Lock()
+	select {
+	case <-g.done: // committed by another check-in of the group
+		q.commit.Unlock()
+	default:
+		q.mu.Lock()
+		if q.next == g {
+			q.next = nil
+		}
+		ids := g.ids
+		q.mu.Unlock()
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		g.err = c.st.RenewLeases(cctx, g.fence, ids, lease)
+		cancel()
+		close(g.done)
+		q.commit.Unlock()
+	}
+	err := g.err
+	if err == nil {
+		return nil
+	}
+	c.haFlushFailed(err)
+	if errors.Is(err, store.ErrFenced) {
+		return fmt.Errorf("%w: %w", ErrNotLeader, err)
+	}
+	return err
+}
+
+// commitLateLeases is the AnswerBeforeLeaseCommit mutation's flush of the
+// renewals answered since the last one.
+func (c *Controller) commitLateLeases(ctx context.Context) {
+	c.mu.Lock()
+	ids, fence, lease := c.ha.lateLeases, c.ha.fence, c.cfg.Lease
+	c.ha.lateLeases = nil
+	c.mu.Unlock()
+	if fence == nil {
+		return
+	}
+	for _, id := range ids {
+		_ = c.st.RenewLease(ctx, *fence, id, lease)
+	}
 }
 
 // Role is the replica's view of leadership.
@@ -140,7 +268,7 @@ func (c *Controller) haFieldsLocked(resp *appliance.CheckinResponse) {
 // trustUntil (monotonic; Renewed extends it). A failed load or first write
 // leaves it following.
 func (c *Controller) Lead(ctx context.Context, fence store.Fence, leaderURL string, trustUntil time.Time) error {
-	fresh, restored, err := load(ctx, c.st, c.Config(), c.now, c.log)
+	fresh, restored, err := load(ctx, c.st, c.Config(), c.now, c.log, true)
 	if err != nil {
 		return err
 	}
@@ -224,7 +352,7 @@ func (c *Controller) Observe(ctx context.Context) error {
 	if c.Role().Leading {
 		return nil
 	}
-	fresh, _, err := load(ctx, c.st, c.Config(), c.now, c.log)
+	fresh, _, err := load(ctx, c.st, c.Config(), c.now, c.log, true)
 	if err != nil {
 		return err
 	}

@@ -190,3 +190,111 @@ func TestReplicaTakeoverKeepsHandoffsAndRestarts(t *testing.T) {
 		t.Fatalf("n1 at the new leader: %+v", r1)
 	}
 }
+
+// TestReplicaTakeoverTrustsCommittedLeases: a check-in's lease renewal is
+// committed, on the database's clock, before it is answered, so a new
+// leader restores each node until its stored deadline with no restart
+// grace: it changes the plan at the first check-in after the takeover,
+// and never grants a shard whose holder's own lease (from its send time)
+// still runs. Both stores use the test's fake clock as the database's. The
+// old leader renews n1 6 s after its first check-in and dies before any
+// further batch; the new leader takes over 2 s later, and n2 joins 3 s
+// after that. With AnswerBeforeLeaseCommit (the mutation: renewals reach
+// the database with the next batch, which never comes), the new leader
+// reads n1's first deadline, expires n1 while n1's own lease still runs,
+// and gives n2 n1's shards to start: two live owners, which this test
+// detects.
+func TestReplicaTakeoverTrustsCommittedLeases(t *testing.T) {
+	for _, mutate := range []bool{false, true} {
+		cfg := Config{TotalShards: 4, MaxConcurrency: 1, IdentifyWindow: time.Second, Lease: 10 * time.Second, RebalanceEvery: -1}
+		clock := newFakeClock()
+		path := newStorePath(t)
+		ctx := context.Background()
+		var cs [2]*Controller
+		var sts [2]*store.Store
+		for i := range 2 {
+			st, err := store.Open(ctx, path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { st.Close() })
+			st.SetDBClock(clock.Now)
+			c, err := New(ctx, st, cfg, clock.Now, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.EnableHA(nil)
+			cs[i], sts[i] = c, st
+		}
+		a, b := cs[0], cs[1]
+		for _, id := range []string{"n1", "n2"} {
+			if _, err := a.AddNode(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if mutate {
+			a.AnswerBeforeLeaseCommit()
+		}
+		lead := func(i int, holder string, ttl time.Duration) uint64 {
+			t.Helper()
+			l, err := sts[i].Campaign(ctx, holder, "http://"+holder, ttl)
+			if err != nil || !l.Leader {
+				t.Fatalf("campaign of %s: %+v %v", holder, l, err)
+			}
+			if err := cs[i].Lead(ctx, store.Fence{Holder: holder, Term: l.Term}, "http://"+holder, time.Now().Add(time.Hour)); err != nil {
+				t.Fatal(err)
+			}
+			return l.Term
+		}
+		lead(0, "a", 7*time.Second) // a's lease runs out 7 s from now on the database's clock
+		r1, err := a.Checkin(ctx, &appliance.CheckinRequest{NodeID: "n1", Capacity: 4}, "127.0.0.1")
+		if err != nil || len(r1.Assigned) != 4 || len(r1.Pending) != 0 {
+			t.Fatalf("n1's first check-in: %+v %v", r1, err)
+		}
+		clock.Advance(6 * time.Second)
+		r1, err = a.Checkin(ctx, &appliance.CheckinRequest{NodeID: "n1", Capacity: 4, Generation: r1.Generation}, "127.0.0.1")
+		if err != nil || len(r1.Assigned) != 4 || len(r1.Pending) != 0 {
+			t.Fatalf("n1's renewal: %+v %v", r1, err)
+		}
+		n1Until := clock.Now().Add(cfg.Lease) // n1's own deadline, from its send time
+		n1Runs := startableSet(r1)
+		// a dies here: nothing more of it reaches the database.
+		clock.Advance(2 * time.Second)
+		lead(1, "b", time.Minute)
+		clock.Advance(3 * time.Second)
+		r2, err := b.Checkin(ctx, &appliance.CheckinRequest{NodeID: "n2", Capacity: 4}, "127.0.0.2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var both []uint32
+		for s := range startableSet(r2) {
+			if n1Runs[s] && clock.Now().Before(n1Until) {
+				both = append(both, s)
+			}
+		}
+		if mutate {
+			if len(both) == 0 {
+				t.Fatalf("mutation: the new leader should have given n2 a shard n1 still runs: %+v", r2)
+			}
+			continue
+		}
+		if len(both) > 0 {
+			t.Fatalf("shards %v granted to n2 while n1's own lease runs until %s: %+v", both, n1Until, r2)
+		}
+		if r2.Generation <= r1.Generation || r2.RangeCount == 0 || len(r2.Pending) != int(r2.RangeCount) {
+			t.Fatalf("the new leader should rebalance at once (no restart grace), n2's half pending on n1: %+v (n1 had generation %d)", r2, r1.Generation)
+		}
+	}
+}
+
+// startableSet is the set of shards a check-in answer lets its node start.
+func startableSet(r appliance.CheckinResponse) map[uint32]bool {
+	m := map[uint32]bool{}
+	for _, s := range r.Assigned {
+		m[s] = true
+	}
+	for _, s := range r.Pending {
+		delete(m, s)
+	}
+	return m
+}

@@ -148,7 +148,11 @@ func (c *Controller) flushHeld(ctx context.Context) error {
 	c.mu.Lock()
 	c.flushedSeq = max(c.flushedSeq, seq)
 	c.haCommittedLocked(b)
+	late := len(c.ha.lateLeases) > 0
 	c.mu.Unlock()
+	if late {
+		c.commitLateLeases(ctx)
+	}
 	return nil
 }
 

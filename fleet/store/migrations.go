@@ -25,6 +25,7 @@ var migrations = []migration{
 	{5, "controller replicas", schemaHA},
 	{6, "shared DHCP leases", schemaLeases},
 	{7, "shard sessions for crash resume", schemaSessions},
+	{8, "node leases committed before the answer", schemaNodeLeases},
 }
 
 // schemaV4 is the dashboard's 24-hour fleet history (history.go): one row
