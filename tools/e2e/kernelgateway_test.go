@@ -739,7 +739,7 @@ type ladderShape struct {
 	// under wssHost, resolved by the namespace's DNS, the controller hands
 	// out wss://, the node boots an image whose only anchor is the
 	// emulator's root (wssPrepare), and it checks in and claims over
-	// pinned https:// (pinLabController). DPXE_SCALE_WSS=1 sets it for
+	// pinned https:// (pinLabController), as in two of
 	// TestKernelGatewayScale's steps.
 	wss bool
 	// guilds is the number of guilds routed to each shard, one
@@ -1048,10 +1048,12 @@ func TestKernelGatewayLadder(t *testing.T) {
 }
 
 // TestKernelGatewayScale is the ladder's top (make test-scale): 128 shards
-// with max_concurrency 16 and then 1 (over eleven minutes: 128 Identify
-// windows), each within ceil(n/mc) controller windows plus 15 s, with zero
-// emulator violations and one Identify per shard. The max_concurrency 16
-// step is a real bot's start: zlib-stream and 64 guilds per shard (a
+// with max_concurrency 16 over ws:// (the development path), then over
+// wss:// with check-ins and claims over pinned https:// (the default
+// everywhere), then max_concurrency 1 over wss:// (over eleven minutes: 128
+// Identify windows), each within ceil(n/mc) controller windows plus 15 s,
+// with zero emulator violations and one Identify per shard. The
+// max_concurrency 16 steps are a real bot's start: zlib-stream and 64 guilds per shard (a
 // GUILD_CREATE each after READY), its last READY within issue 18's 1.05 x
 // the Identify floor (the controller waits no window at its start: its 8
 // start groups go out 7 windows of 5.25 s after the node's plan, 0.92 x),
@@ -1065,10 +1067,13 @@ func TestKernelGatewayScale(t *testing.T) {
 		n, mc  int
 		subnet string
 		shape  ladderShape
-	}{{128, 16, "10.86.0", ladderShape{guilds: 64, readyFloor: 1.05}}, {128, 1, "10.85.0", ladderShape{}}} {
+	}{
+		{128, 16, "10.86.0", ladderShape{guilds: 64, readyFloor: 1.05}},
+		{128, 16, "10.89.0", ladderShape{guilds: 64, readyFloor: 1.05, wss: true}},
+		{128, 1, "10.85.0", ladderShape{wss: true}},
+	} {
 		name := fmt.Sprintf("%d-shards-mc%d", step.n, step.mc)
-		if os.Getenv("DPXE_SCALE_WSS") == "1" {
-			step.shape.wss = true // over wss://, check-ins and claims over pinned https://
+		if step.shape.wss {
 			name += "-wss"
 		}
 		if step.shape.guilds > 0 {

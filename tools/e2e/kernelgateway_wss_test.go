@@ -259,7 +259,7 @@ func TestKernelGatewayWSSUnknownRoot(t *testing.T) {
 }
 
 // TestKernelGatewayWSSLadder is a ladder step over wss:// (the harness
-// TestKernelGatewayScale uses with DPXE_SCALE_WSS=1): 6 shards with
+// of TestKernelGatewayScale's wss:// steps in make test-scale): 6 shards with
 // max_concurrency 3 start at once, more than the kernel's 4 TLS handshake
 // slots, so some wait for a slot (a console line says so) and all reach
 // READY within the Identify floor's bound, one Identify each, with no
