@@ -2,8 +2,9 @@
 GO      ?= go
 OUT     ?= out
 DEPS    := tools/scripts/deps.sh
-# Go test timeout for the whole suite; CI gives make test 30 minutes.
-TEST_TIMEOUT ?= 25m
+# Go test timeout per package. tools/e2e, the longest, took over 25 minutes in the last clean
+# run (2026-12-02); make test should stay under 30 minutes and is over it now (issue notes).
+TEST_TIMEOUT ?= 40m
 # What `dpxe version` says for bin/dpxe.
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo devel)
 
