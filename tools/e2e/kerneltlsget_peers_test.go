@@ -304,11 +304,13 @@ func readRecord(r io.Reader) ([]byte, error) {
 	return rec, err
 }
 
-// startInNetns starts a command-line server in the namespace and waits
-// (bounded) until it accepts TCP connections on addr.
-func startInNetns(t *testing.T, ctx context.Context, ns *netns.NS, addr string, name string, args ...string) {
+// startInNetns starts a command-line server in the namespace (from dir
+// when not empty) and waits (bounded) until it accepts TCP connections on
+// addr; the test's cleanup stops it.
+func startInNetns(t testing.TB, ctx context.Context, ns *netns.NS, dir, addr string, name string, args ...string) {
 	t.Helper()
 	cmd := ns.Command(ctx, name, args...)
+	cmd.Dir = dir
 	var out lockedBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -539,7 +541,7 @@ func TestKernelTLSGetPeers(t *testing.T) {
 		// answers with an empty Certificate
 		gnutls := func(port int, chain, key, suite, group string) {
 			prio := "NORMAL:-VERS-ALL:+VERS-TLS1.3:-CIPHER-ALL:+" + suite + ":-GROUP-ALL:+" + group
-			startInNetns(t, ctx, ns, fmt.Sprintf("%s.1:%d", subnet, port), "gnutls-serv", "--http", "--port", strconv.Itoa(port),
+			startInNetns(t, ctx, ns, "", fmt.Sprintf("%s.1:%d", subnet, port), "gnutls-serv", "--http", "--port", strconv.Itoa(port),
 				"--x509certfile", chain, "--x509keyfile", key, "--priority", prio)
 		}
 		gnutls(9460, ecChain, ecKey, "CHACHA20-POLY1305", "GROUP-X25519")

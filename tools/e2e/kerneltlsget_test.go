@@ -443,28 +443,7 @@ func startOpenSSLServer(t testing.TB, ctx context.Context, ns *netns.NS, dir, wo
 	args := append([]string{"s_server", "-quiet", "-accept", addr, "-tls1_3",
 		"-cert", filepath.Join(dir, "leaf.pem"), "-key", filepath.Join(dir, "leaf.key"),
 		"-cert_chain", filepath.Join(dir, "inter.pem")}, extra...)
-	cmd := ns.Command(ctx, "openssl", args...)
-	cmd.Dir = workDir
-	var out lockedBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Cancel(); cmd.Wait() })
-	for i := 0; i < 100; i++ { // bounded: until it listens
-		err := inNetns(ns.Name, func() error {
-			c, err := net.DialTimeout("tcp4", addr, time.Second)
-			if err == nil {
-				c.Close()
-			}
-			return err
-		})
-		if err == nil {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("openssl s_server did not listen on %s: %s", addr, out.String())
+	startInNetns(t, ctx, ns, workDir, addr, "openssl", args...)
 }
 
 // helloLog keeps the Random of each ClientHello a helloListener's
