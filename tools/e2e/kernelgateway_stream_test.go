@@ -44,8 +44,15 @@ func TestKernelGatewayLargeMessages(t *testing.T) {
 		GuildIDs:               []uint64{2 << 22, 3 << 22}, // one routed guild per shard: READY, then one GUILD_CREATE
 		ReadyUnavailableGuilds: 4600, GuildCreateBytes: []int{gcBytes}, FragmentFrames: 16, Seed: 1,
 	}, "--total-shards", "2", "--lease", "15s")
-	l.nodeConfig = func(i int, c *appliance.BootConfig) { c.NoZlib = i == 1 }
-	nodes := []*gwNode{l.boot("gw-zlib", "virtio-net-pci", 1), l.boot("gw-plain", "virtio-net-pci", 1)}
+	l.nodeConfig = func(i int, c *appliance.BootConfig) { c.NoZlib = c.NodeID == "gw-plain" }
+	// gw-plain first, and gw-zlib only once gw-plain holds shard 0: the
+	// plan gives contiguous ranges in node-ID order, so gw-zlib then joins
+	// with shard 1 and no shard moves. Booted together, gw-zlib could check
+	// in alone first, take shard 0 and hand it to gw-plain a generation
+	// later by Resume, which replays neither READY nor the GUILD_CREATE.
+	plain := l.boot("gw-plain", "virtio-net-pci", 1)
+	l.awaitRange("gw-plain", 0, 1, 60*time.Second)
+	nodes := []*gwNode{l.boot("gw-zlib", "virtio-net-pci", 1), plain}
 
 	// Both shards: READY, the GUILD_CREATE and 3 heartbeats after it.
 	l.awaitEmu(150*time.Second+3*beat, "two shards with READY, an 8 MiB GUILD_CREATE and 3 heartbeats", func(s gatewayemu.State) bool {

@@ -294,6 +294,23 @@ func (l *gwLab) nodeDetail(id string) (controller.NodeDetail, error) {
 	return d, err
 }
 
+// awaitRange waits until node id is live, planned the count shards from
+// start, and holds them all (none pending on another node).
+func (l *gwLab) awaitRange(id string, start, count uint32, within time.Duration) {
+	l.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		d, err := l.nodeDetail(id)
+		if err == nil && d.Live && d.RangeStart == start && d.RangeCount == count && d.Pending == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			l.t.Fatalf("%s did not hold shards %d..%d within %v: %+v %v", id, start, start+count-1, within, d.NodeView, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // grants is every identify_granted event the controller logged, oldest
 // first (GET /v1/events).
 func (l *gwLab) grants() ([]store.Event, error) {

@@ -142,7 +142,11 @@ func TestKernelReplicasFailover(t *testing.T) {
 		l.nodeController = replicas[0].url
 	}
 	l.nodeConfig = func(i int, c *appliance.BootConfig) { c.Capacity, c.HasCapacity = khaShards/2, true }
-	nodes := []*gwNode{l.boot("kha-a", "e1000", khaShards/2), l.boot("kha-b", "virtio-net-pci", khaShards/2)}
+	// kha-a first: the plan's ranges follow node-ID order, so kha-b then
+	// joins with the upper half and no shard moves before the kill.
+	nodes := []*gwNode{l.boot("kha-a", "e1000", khaShards/2)}
+	l.awaitRange("kha-a", 0, khaShards/2, 60*time.Second)
+	nodes = append(nodes, l.boot("kha-b", "virtio-net-pci", khaShards/2))
 	l.awaitEmu(90*time.Second+2*khaShards*gatewayemu.DefaultIdentifyWindow, "16 READY shards with 2 heartbeats each", func(s gatewayemu.State) bool {
 		return len(readySessions(s, 2)) == khaShards
 	})
