@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -318,10 +319,19 @@ func attachEvents(ctx context.Context, app *fleetApp, log *slog.Logger) (func(co
 			return nil, err
 		}
 		where = srv.ClientURL()
+		// With netboot, the boot interface's address comes first among
+		// the node URLs of a broker listening on every interface.
+		var bootIP netip.Addr
+		if netbootFlags.iface != "" {
+			bootIP, _ = interfaceIPv4(netbootFlags.iface)
+		}
 		if authFile != nil {
 			// Nodes get their broker URLs and credentials with their
 			// check-in answers (never logged).
-			urls := nodeNATSURLs(srv.Addr())
+			urls := nodeNATSURLs(srv.Addr(), bootIP)
+			if why := natsUnreachable(urls, srv.Addr().String()); why != "" && bootIP.IsValid() {
+				log.Warn("nats-auth: " + why)
+			}
 			if len(urls) == 0 {
 				log.Warn("nats-auth: no address nodes could reach the embedded server at; check-in answers carry no NATS access", "nats", where)
 			} else {
@@ -396,21 +406,21 @@ func natsAuthorizer(app *fleetApp, eventsApp string) (*natsauth.File, *natsauth.
 
 // nodeNATSURLs are the broker URLs a node's check-in answer names: the
 // embedded server's listener, or, when it listens on every interface
-// (0.0.0.0 or ::), each IPv4 address of this machine's interfaces that is
-// up, loopback last (nodes try them in order).
-func nodeNATSURLs(addr net.Addr) []string {
+// (0.0.0.0 or ::), the IPv4 addresses of this machine's interfaces that are
+// up (natsURLsOnHost).
+func nodeNATSURLs(addr net.Addr, bootIP netip.Addr) []string {
 	ta, ok := addr.(*net.TCPAddr)
 	if !ok || ta == nil {
 		return nil
 	}
-	port := strconv.Itoa(ta.Port)
+	port := uint16(ta.Port)
 	if !ta.IP.IsUnspecified() {
 		if ta.IP.To4() == nil {
 			return nil // the kernel's client speaks IPv4 only
 		}
-		return []string{"nats://" + net.JoinHostPort(ta.IP.String(), port)}
+		return []string{"nats://" + net.JoinHostPort(ta.IP.String(), strconv.Itoa(ta.Port))}
 	}
-	var urls, loop []string
+	var up []netip.Addr
 	ifs, _ := net.Interfaces()
 	for _, ifc := range ifs {
 		if ifc.Flags&net.FlagUp == 0 {
@@ -418,16 +428,35 @@ func nodeNATSURLs(addr net.Addr) []string {
 		}
 		addrs, _ := ifc.Addrs()
 		for _, a := range addrs {
-			ipn, ok := a.(*net.IPNet)
-			if !ok || ipn.IP.To4() == nil {
-				continue
+			if ipn, ok := a.(*net.IPNet); ok {
+				if ip, ok := netip.AddrFromSlice(ipn.IP); ok {
+					up = append(up, ip.Unmap())
+				}
 			}
-			u := "nats://" + net.JoinHostPort(ipn.IP.String(), port)
-			if ipn.IP.IsLoopback() {
-				loop = append(loop, u)
-			} else {
-				urls = append(urls, u)
-			}
+		}
+	}
+	return natsURLsOnHost(port, bootIP, up)
+}
+
+// natsURLsOnHost orders the URLs of a broker listening on every interface
+// for nodes, which try them in order: the boot interface's address first
+// (bootIP, when netboot runs: the nodes are on that link), then the other
+// IPv4 addresses as the interfaces list them, loopback last (a node skips
+// it; a worker beside serve can use it). At most appliance.MaxNATSURLs.
+func natsURLsOnHost(port uint16, bootIP netip.Addr, addrs []netip.Addr) []string {
+	var urls, loop []string
+	if bootIP.Is4() {
+		urls = append(urls, "nats://"+netip.AddrPortFrom(bootIP, port).String())
+	}
+	for _, ip := range addrs {
+		if !ip.Is4() || ip == bootIP {
+			continue
+		}
+		u := "nats://" + netip.AddrPortFrom(ip, port).String()
+		if ip.IsLoopback() {
+			loop = append(loop, u)
+		} else {
+			urls = append(urls, u)
 		}
 	}
 	urls = append(urls, loop...)
@@ -435,4 +464,21 @@ func nodeNATSURLs(addr net.Addr) []string {
 		urls = urls[:appliance.MaxNATSURLs]
 	}
 	return urls
+}
+
+// natsUnreachable says why nodes on the boot network cannot reach a broker
+// whose node URLs are urls ("" when one of them is not loopback): the
+// embedded server listens on loopback only, the default, which suits
+// workers beside serve but not kernel nodes.
+func natsUnreachable(urls []string, listen string) string {
+	if len(urls) == 0 {
+		return "" // not an address a node could use at all; said apart
+	}
+	for _, u := range urls {
+		host, _, err := net.SplitHostPort(strings.TrimPrefix(u, "nats://"))
+		if ip, perr := netip.ParseAddr(host); err == nil && (perr != nil || !ip.IsLoopback()) {
+			return ""
+		}
+	}
+	return "the embedded NATS server listens on " + listen + ", which nodes cannot reach: they publish no events (give --nats-listen 0.0.0.0:4222, or the boot interface's address, to let them)"
 }
