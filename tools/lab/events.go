@@ -59,7 +59,7 @@ func (l *Lab) connectEvents(hostURL string) error {
 		l.mu.Unlock()
 		who := "simulated nodes publish"
 		if l.Mode == ModeNetns {
-			who = "QEMU nodes publish to " + m[1] + " (the bridge address in their check-in answers), relayed to the host at " + url
+			who = fmt.Sprintf("QEMU nodes publish to nats://%s:%d (named in their check-in answers), relayed to the host at %s", l.cfg.Subnet.Addr(), natsNetnsPort, url)
 		}
 		l.logf("events: %s with node credentials (dpxe events tail --nats-url %s --nats-user %soperator --nats-password-file %s)",
 			who, url, natsauth.WorkerPrefix, tokFile)
