@@ -68,7 +68,7 @@ func init() {
 			f := &eventsFlags
 			d := events.DefaultStreamLimits()
 			fs.BoolVar(&f.off, "no-events", false, "no event delivery: neither the embedded NATS server nor a stream")
-			fs.StringVar(&f.listen, "nats-listen", embedded.DefaultListen, "host:port of the embedded NATS server (port 0 picks one)")
+			fs.StringVar(&f.listen, "nats-listen", "", "host:port of the embedded NATS server (port 0 picks one); default "+embedded.DefaultListen+", or with --interface and --nats-auth the boot interface's address:4222 with "+embedded.DefaultListen+" relayed to it")
 			fs.StringVar(&f.url, "nats-url", "", "use this NATS cluster instead of the embedded server (nats://a:4222,nats://b:4222)")
 			fs.StringVar(&f.creds, "nats-creds", "", "NATS credentials file (.creds) for --nats-url")
 			fs.StringVar(&f.store, "nats-store", "", "JetStream file store of the embedded server (default: nats/ beside --db; ./var/ for a postgres:// --db)")
@@ -118,9 +118,8 @@ func applyEventsFlags(fs *flag.FlagSet, cfg *serveConfig) error {
 		}
 	})
 	d := events.DefaultStreamLimits()
-	if e.NATSListen == "" {
-		e.NATSListen = embedded.DefaultListen
-	}
+	// An empty NATSListen is resolved at attach (natsListen), where the
+	// boot interface's address is known.
 	if e.NATSStore == "" {
 		e.NATSStore = filepath.Join(cfg.dataDir(), "nats")
 	}
@@ -285,6 +284,7 @@ func attachEvents(ctx context.Context, app *fleetApp, log *slog.Logger) (func(co
 	var nc *nats.Conn
 	var err error
 	where := ""
+	var relayed []string // the embedded server's loopback relay
 	if e.NATSURL != "" {
 		opts := []nats.Option{nats.Name("dpxe serve"), nats.MaxReconnects(-1)}
 		if e.NATSCreds != "" {
@@ -303,7 +303,15 @@ func attachEvents(ctx context.Context, app *fleetApp, log *slog.Logger) (func(co
 		if err := os.MkdirAll(e.NATSStore, 0o700); err != nil {
 			return nil, fmt.Errorf("nats-store: %w", err)
 		}
-		sc := embedded.ServerConfig{Listen: e.NATSListen, StoreDir: e.NATSStore, Log: log}
+		// With netboot, the boot interface's address comes first among
+		// the node URLs of a broker listening on every interface, and
+		// is where the broker listens by default with --nats-auth.
+		var bootIP netip.Addr
+		if netbootFlags.iface != "" {
+			bootIP, _ = interfaceIPv4(netbootFlags.iface)
+		}
+		listen, relay := natsListen(e.NATSListen, e.NATSAuth, bootIP)
+		sc := embedded.ServerConfig{Listen: listen, Relay: relay, StoreDir: e.NATSStore, Log: log}
 		if e.NATSAuth {
 			if authFile, auth, err = natsAuthorizer(app, e.EventsApp); err != nil {
 				return nil, err
@@ -319,11 +327,8 @@ func attachEvents(ctx context.Context, app *fleetApp, log *slog.Logger) (func(co
 			return nil, err
 		}
 		where = srv.ClientURL()
-		// With netboot, the boot interface's address comes first among
-		// the node URLs of a broker listening on every interface.
-		var bootIP netip.Addr
-		if netbootFlags.iface != "" {
-			bootIP, _ = interfaceIPv4(netbootFlags.iface)
+		for _, a := range srv.RelayAddrs() {
+			relayed = append(relayed, "nats://"+a.String())
 		}
 		if authFile != nil {
 			// Nodes get their broker URLs and credentials with their
@@ -356,8 +361,12 @@ func attachEvents(ctx context.Context, app *fleetApp, log *slog.Logger) (func(co
 		return nil, err
 	}
 	app.api.Metrics().SetEvents(func(ctx context.Context) events.StreamState { return events.ReadStreamState(ctx, nc, st) })
-	log.Info("events", "nats", where, "embedded", srv != nil, "stream", st.CachedInfo().Config.Name,
-		"subjects", st.CachedInfo().Config.Subjects[0], "duplicate_window", time.Duration(e.EventsDupWindow), "auth", e.NATSAuth)
+	attrs := []any{"nats", where, "embedded", srv != nil, "stream", st.CachedInfo().Config.Name,
+		"subjects", st.CachedInfo().Config.Subjects[0], "duplicate_window", time.Duration(e.EventsDupWindow), "auth", e.NATSAuth}
+	if len(relayed) > 0 {
+		attrs = append(attrs, "relayed_from", strings.Join(relayed, ","))
+	}
+	log.Info("events", attrs...)
 	return func(ctx context.Context) error {
 		defer stop()
 		defer app.api.Metrics().SetEvents(nil)
@@ -402,6 +411,25 @@ func natsAuthorizer(app *fleetApp, eventsApp string) (*natsauth.File, *natsauth.
 	// outside it until it releases them (controller.PublishShards).
 	a, err := f.Authorizer(eventsApp, ctl.PublishShards)
 	return f, a, err
+}
+
+// natsListen resolves the embedded server's listener: given, when
+// --nats-listen (or nats_listen) names one; with netboot and --nats-auth,
+// the boot interface's address on NATS's port, where nodes reach it, with
+// loopback relayed to it for workers beside serve; else loopback only.
+// Without --nats-auth the default stays on loopback: nodes get broker
+// access only with it, and an open broker on the boot LAN would accept
+// anyone there.
+func natsListen(given string, auth bool, bootIP netip.Addr) (listen string, relay []string) {
+	switch {
+	case given != "":
+		return given, nil
+	case auth && bootIP.Is4():
+		_, port, _ := net.SplitHostPort(embedded.DefaultListen)
+		return net.JoinHostPort(bootIP.String(), port), []string{embedded.DefaultListen}
+	default:
+		return embedded.DefaultListen, nil
+	}
 }
 
 // nodeNATSURLs are the broker URLs a node's check-in answer names: the

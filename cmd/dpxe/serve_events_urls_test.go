@@ -48,3 +48,29 @@ func TestNATSURLsOnHost(t *testing.T) {
 		}
 	}
 }
+
+// TestNATSListen: the embedded server listens where --nats-listen says;
+// by default on loopback, and with netboot and --nats-auth on the boot
+// interface's address with loopback relayed to it.
+func TestNATSListen(t *testing.T) {
+	boot := netip.MustParseAddr("10.213.0.1")
+	for _, tc := range []struct {
+		given  string
+		auth   bool
+		boot   netip.Addr
+		listen string
+		relay  []string
+	}{
+		{"", false, netip.Addr{}, "127.0.0.1:4222", nil},
+		{"", true, netip.Addr{}, "127.0.0.1:4222", nil},
+		{"", false, boot, "127.0.0.1:4222", nil},
+		{"", true, boot, "10.213.0.1:4222", []string{"127.0.0.1:4222"}},
+		{"0.0.0.0:4222", true, boot, "0.0.0.0:4222", nil},
+		{"127.0.0.1:0", true, boot, "127.0.0.1:0", nil},
+	} {
+		listen, relay := natsListen(tc.given, tc.auth, tc.boot)
+		if listen != tc.listen || !slices.Equal(relay, tc.relay) {
+			t.Errorf("natsListen(%q, auth %v, boot %v) = %q %q, want %q %q", tc.given, tc.auth, tc.boot, listen, relay, tc.listen, tc.relay)
+		}
+	}
+}

@@ -16,7 +16,7 @@ import (
 // named in its "events" log line. With simulated nodes it listens on a
 // loopback port of its own and each simulated node publishes every
 // dispatch it receives from the emulator through an events.Publisher. In
-// the namespace it listens on the bridge and loopback (serveArgs), the
+// the namespace it listens on the bridge and loopback (serve's default), the
 // QEMU nodes publish to it with the node credentials their check-in
 // answers carry (so only with --nats-auth), and the lab relays it to a
 // host port for pingbot and the operator.

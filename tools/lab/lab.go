@@ -699,22 +699,17 @@ func (l *Lab) serveArgs(listen, gatewayAPI, gatewayURL string) []string {
 		"--max-concurrency", fmt.Sprint(l.cfg.MaxConcurrency),
 		"--identify-window", (l.cfg.IdentifyWindow + identifyMargin).String()}
 	help := serveHelp(l.cfg.DPXE)
-	if hasFlag(help, "nats-listen") {
-		if l.Mode == ModeNetns {
-			// The namespace holds only loopback and the lab's bridge, so
-			// every interface is the boot interface (where the kernel
-			// nodes reach the broker: serve names the bridge address
-			// first in their check-in answers) and loopback (where the
-			// lab relays it to the host, see natsNetnsPort). The
-			// namespace's ports are its own: no collision with the host.
-			args = append(args, "--nats-listen", fmt.Sprintf("0.0.0.0:%d", natsNetnsPort))
-		} else {
-			// A port of its own, so a lab beside tests or a NATS server
-			// on 4222 does not collide; the address is in serve's
-			// "events" line.
-			args = append(args, "--nats-listen", "127.0.0.1:0")
-		}
+	if hasFlag(help, "nats-listen") && l.Mode == ModeSimulated {
+		// A port of its own, so a lab beside tests or a NATS server on
+		// 4222 does not collide; the address is in serve's "events" line.
+		args = append(args, "--nats-listen", "127.0.0.1:0")
 	}
+	// In the namespace serve's default: with --nats-auth the bridge
+	// address on NATS's port, where the kernel nodes reach it (their
+	// check-in answers name it), and the namespace's loopback relayed to
+	// it, where the lab relays it to the host (natsNetnsPort); without,
+	// loopback only. The namespace's ports are its own: no collision with
+	// the host.
 	if l.cfg.NATSAuth && hasFlag(help, "nats-auth") {
 		args = append(args, "--nats-auth")
 	}
@@ -889,7 +884,7 @@ func (l *Lab) startNetns(ctx context.Context) error {
 }
 
 // natsNetnsPort is the embedded NATS server's port in the lab's namespace
-// (NATS's registered port).
+// (serve's default, NATS's registered port), on the namespace's loopback.
 const natsNetnsPort = 4222
 
 func (l *Lab) loadAdmin() error {
