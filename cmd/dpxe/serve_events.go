@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -67,7 +68,7 @@ func init() {
 			f := &eventsFlags
 			d := events.DefaultStreamLimits()
 			fs.BoolVar(&f.off, "no-events", false, "no event delivery: neither the embedded NATS server nor a stream")
-			fs.StringVar(&f.listen, "nats-listen", embedded.DefaultListen, "host:port of the embedded NATS server (port 0 picks one)")
+			fs.StringVar(&f.listen, "nats-listen", "", "host:port of the embedded NATS server (port 0 picks one); default "+embedded.DefaultListen+", or with --interface and --nats-auth the boot interface's address:4222 with "+embedded.DefaultListen+" relayed to it")
 			fs.StringVar(&f.url, "nats-url", "", "use this NATS cluster instead of the embedded server (nats://a:4222,nats://b:4222)")
 			fs.StringVar(&f.creds, "nats-creds", "", "NATS credentials file (.creds) for --nats-url")
 			fs.StringVar(&f.store, "nats-store", "", "JetStream file store of the embedded server (default: nats/ beside --db; ./var/ for a postgres:// --db)")
@@ -117,9 +118,8 @@ func applyEventsFlags(fs *flag.FlagSet, cfg *serveConfig) error {
 		}
 	})
 	d := events.DefaultStreamLimits()
-	if e.NATSListen == "" {
-		e.NATSListen = embedded.DefaultListen
-	}
+	// An empty NATSListen is resolved at attach (natsListen), where the
+	// boot interface's address is known.
 	if e.NATSStore == "" {
 		e.NATSStore = filepath.Join(cfg.dataDir(), "nats")
 	}
@@ -284,6 +284,7 @@ func attachEvents(ctx context.Context, app *fleetApp, log *slog.Logger) (func(co
 	var nc *nats.Conn
 	var err error
 	where := ""
+	var relayed []string // the embedded server's loopback relay
 	if e.NATSURL != "" {
 		opts := []nats.Option{nats.Name("dpxe serve"), nats.MaxReconnects(-1)}
 		if e.NATSCreds != "" {
@@ -302,7 +303,15 @@ func attachEvents(ctx context.Context, app *fleetApp, log *slog.Logger) (func(co
 		if err := os.MkdirAll(e.NATSStore, 0o700); err != nil {
 			return nil, fmt.Errorf("nats-store: %w", err)
 		}
-		sc := embedded.ServerConfig{Listen: e.NATSListen, StoreDir: e.NATSStore, Log: log}
+		// With netboot, the boot interface's address comes first among
+		// the node URLs of a broker listening on every interface, and
+		// is where the broker listens by default with --nats-auth.
+		var bootIP netip.Addr
+		if netbootFlags.iface != "" {
+			bootIP, _ = interfaceIPv4(netbootFlags.iface)
+		}
+		listen, relay := natsListen(e.NATSListen, e.NATSAuth, bootIP)
+		sc := embedded.ServerConfig{Listen: listen, Relay: relay, StoreDir: e.NATSStore, Log: log}
 		if e.NATSAuth {
 			if authFile, auth, err = natsAuthorizer(app, e.EventsApp); err != nil {
 				return nil, err
@@ -318,10 +327,16 @@ func attachEvents(ctx context.Context, app *fleetApp, log *slog.Logger) (func(co
 			return nil, err
 		}
 		where = srv.ClientURL()
+		for _, a := range srv.RelayAddrs() {
+			relayed = append(relayed, "nats://"+a.String())
+		}
 		if authFile != nil {
 			// Nodes get their broker URLs and credentials with their
 			// check-in answers (never logged).
-			urls := nodeNATSURLs(srv.Addr())
+			urls := nodeNATSURLs(srv.Addr(), bootIP)
+			if why := natsUnreachable(urls, srv.Addr().String()); why != "" && bootIP.IsValid() {
+				log.Warn("nats-auth: " + why)
+			}
 			if len(urls) == 0 {
 				log.Warn("nats-auth: no address nodes could reach the embedded server at; check-in answers carry no NATS access", "nats", where)
 			} else {
@@ -346,8 +361,12 @@ func attachEvents(ctx context.Context, app *fleetApp, log *slog.Logger) (func(co
 		return nil, err
 	}
 	app.api.Metrics().SetEvents(func(ctx context.Context) events.StreamState { return events.ReadStreamState(ctx, nc, st) })
-	log.Info("events", "nats", where, "embedded", srv != nil, "stream", st.CachedInfo().Config.Name,
-		"subjects", st.CachedInfo().Config.Subjects[0], "duplicate_window", time.Duration(e.EventsDupWindow), "auth", e.NATSAuth)
+	attrs := []any{"nats", where, "embedded", srv != nil, "stream", st.CachedInfo().Config.Name,
+		"subjects", st.CachedInfo().Config.Subjects[0], "duplicate_window", time.Duration(e.EventsDupWindow), "auth", e.NATSAuth}
+	if len(relayed) > 0 {
+		attrs = append(attrs, "relayed_from", strings.Join(relayed, ","))
+	}
+	log.Info("events", attrs...)
 	return func(ctx context.Context) error {
 		defer stop()
 		defer app.api.Metrics().SetEvents(nil)
@@ -394,23 +413,42 @@ func natsAuthorizer(app *fleetApp, eventsApp string) (*natsauth.File, *natsauth.
 	return f, a, err
 }
 
+// natsListen resolves the embedded server's listener: given, when
+// --nats-listen (or nats_listen) names one; with netboot and --nats-auth,
+// the boot interface's address on NATS's port, where nodes reach it, with
+// loopback relayed to it for workers beside serve; else loopback only.
+// Without --nats-auth the default stays on loopback: nodes get broker
+// access only with it, and an open broker on the boot LAN would accept
+// anyone there.
+func natsListen(given string, auth bool, bootIP netip.Addr) (listen string, relay []string) {
+	switch {
+	case given != "":
+		return given, nil
+	case auth && bootIP.Is4():
+		_, port, _ := net.SplitHostPort(embedded.DefaultListen)
+		return net.JoinHostPort(bootIP.String(), port), []string{embedded.DefaultListen}
+	default:
+		return embedded.DefaultListen, nil
+	}
+}
+
 // nodeNATSURLs are the broker URLs a node's check-in answer names: the
 // embedded server's listener, or, when it listens on every interface
-// (0.0.0.0 or ::), each IPv4 address of this machine's interfaces that is
-// up, loopback last (nodes try them in order).
-func nodeNATSURLs(addr net.Addr) []string {
+// (0.0.0.0 or ::), the IPv4 addresses of this machine's interfaces that are
+// up (natsURLsOnHost).
+func nodeNATSURLs(addr net.Addr, bootIP netip.Addr) []string {
 	ta, ok := addr.(*net.TCPAddr)
 	if !ok || ta == nil {
 		return nil
 	}
-	port := strconv.Itoa(ta.Port)
+	port := uint16(ta.Port)
 	if !ta.IP.IsUnspecified() {
 		if ta.IP.To4() == nil {
 			return nil // the kernel's client speaks IPv4 only
 		}
-		return []string{"nats://" + net.JoinHostPort(ta.IP.String(), port)}
+		return []string{"nats://" + net.JoinHostPort(ta.IP.String(), strconv.Itoa(ta.Port))}
 	}
-	var urls, loop []string
+	var up []netip.Addr
 	ifs, _ := net.Interfaces()
 	for _, ifc := range ifs {
 		if ifc.Flags&net.FlagUp == 0 {
@@ -418,16 +456,35 @@ func nodeNATSURLs(addr net.Addr) []string {
 		}
 		addrs, _ := ifc.Addrs()
 		for _, a := range addrs {
-			ipn, ok := a.(*net.IPNet)
-			if !ok || ipn.IP.To4() == nil {
-				continue
+			if ipn, ok := a.(*net.IPNet); ok {
+				if ip, ok := netip.AddrFromSlice(ipn.IP); ok {
+					up = append(up, ip.Unmap())
+				}
 			}
-			u := "nats://" + net.JoinHostPort(ipn.IP.String(), port)
-			if ipn.IP.IsLoopback() {
-				loop = append(loop, u)
-			} else {
-				urls = append(urls, u)
-			}
+		}
+	}
+	return natsURLsOnHost(port, bootIP, up)
+}
+
+// natsURLsOnHost orders the URLs of a broker listening on every interface
+// for nodes, which try them in order: the boot interface's address first
+// (bootIP, when netboot runs: the nodes are on that link), then the other
+// IPv4 addresses as the interfaces list them, loopback last (a node skips
+// it; a worker beside serve can use it). At most appliance.MaxNATSURLs.
+func natsURLsOnHost(port uint16, bootIP netip.Addr, addrs []netip.Addr) []string {
+	var urls, loop []string
+	if bootIP.Is4() {
+		urls = append(urls, "nats://"+netip.AddrPortFrom(bootIP, port).String())
+	}
+	for _, ip := range addrs {
+		if !ip.Is4() || ip == bootIP {
+			continue
+		}
+		u := "nats://" + netip.AddrPortFrom(ip, port).String()
+		if ip.IsLoopback() {
+			loop = append(loop, u)
+		} else {
+			urls = append(urls, u)
 		}
 	}
 	urls = append(urls, loop...)
@@ -435,4 +492,21 @@ func nodeNATSURLs(addr net.Addr) []string {
 		urls = urls[:appliance.MaxNATSURLs]
 	}
 	return urls
+}
+
+// natsUnreachable says why nodes on the boot network cannot reach a broker
+// whose node URLs are urls ("" when one of them is not loopback): the
+// embedded server listens on loopback only, the default, which suits
+// workers beside serve but not kernel nodes.
+func natsUnreachable(urls []string, listen string) string {
+	if len(urls) == 0 {
+		return "" // not an address a node could use at all; said apart
+	}
+	for _, u := range urls {
+		host, _, err := net.SplitHostPort(strings.TrimPrefix(u, "nats://"))
+		if ip, perr := netip.ParseAddr(host); err == nil && (perr != nil || !ip.IsLoopback()) {
+			return ""
+		}
+	}
+	return "the embedded NATS server listens on " + listen + ", which nodes cannot reach: they publish no events (give --nats-listen 0.0.0.0:4222, or the boot interface's address, to let them)"
 }

@@ -12,10 +12,14 @@ import (
 	"github.com/discord-pxe/dpxe/fleet/events/natsauth"
 )
 
-// Event delivery in the simulated lab: `dpxe serve` runs its embedded NATS
-// server (on a port of its own, named in its "events" log line), and each
-// simulated node publishes every dispatch it receives from the emulator
-// through an events.Publisher, as kernel nodes will (they do not yet).
+// Event delivery in the lab: `dpxe serve` runs its embedded NATS server,
+// named in its "events" log line. With simulated nodes it listens on a
+// loopback port of its own and each simulated node publishes every
+// dispatch it receives from the emulator through an events.Publisher. In
+// the namespace it listens on the bridge and loopback (serve's default), the
+// QEMU nodes publish to it with the node credentials their check-in
+// answers carry (so only with --nats-auth), and the lab relays it to a
+// host port for pingbot and the operator.
 
 // natsLineRE finds the NATS address in serve's log.
 var natsLineRE = regexp.MustCompile(`msg=events part=events nats=(nats://\S+)`)
@@ -23,19 +27,25 @@ var natsLineRE = regexp.MustCompile(`msg=events part=events nats=(nats://\S+)`)
 // labEventsApp is the app name of the lab's bot in subjects.
 const labEventsApp = "bot"
 
-// connectEvents connects the lab to the NATS server serve reported; a serve
-// without event delivery leaves NATSURL empty and the nodes publish
-// nothing.
-func (l *Lab) connectEvents() error {
+// connectEvents connects the lab to the NATS server serve reported, at
+// hostURL when it is relayed to the host (netns mode) or where serve
+// said; a serve without event delivery leaves NATSURL empty and the
+// nodes publish nothing.
+func (l *Lab) connectEvents(hostURL string) error {
 	m := natsLineRE.FindStringSubmatch(readFile(filepath.Join(l.cfg.Var, "serve.log")))
 	if m == nil {
-		l.logf("dpxe serve reports no NATS server: simulated nodes publish no events")
+		l.logf("dpxe serve reports no NATS server: the nodes publish no events")
 		return nil
+	}
+	url := m[1]
+	if hostURL != "" {
+		url = hostURL
 	}
 	if l.cfg.NATSAuth {
 		// serve created the credentials file beside its database; the
-		// nodes derive their passwords from it as the controller will,
-		// and the operator gets a worker of their own for the CLI.
+		// simulated nodes derive their passwords from it as the
+		// controller does for kernel nodes, and the operator gets a
+		// worker of their own for the CLI.
 		f, err := natsauth.Open(filepath.Join(l.cfg.Var, natsauth.FileName))
 		if err != nil {
 			return fmt.Errorf("lab: %w", err)
@@ -45,20 +55,33 @@ func (l *Lab) connectEvents() error {
 			return err
 		}
 		l.mu.Lock()
-		l.NATSURL, l.auth = m[1], f
+		l.NATSURL, l.auth = url, f
 		l.mu.Unlock()
-		l.logf("events: simulated nodes publish to %s with node credentials (dpxe events tail --nats-url %s --nats-user %soperator --nats-password-file %s)",
-			m[1], m[1], natsauth.WorkerPrefix, tokFile)
+		who := "simulated nodes publish"
+		if l.Mode == ModeNetns {
+			who = fmt.Sprintf("QEMU nodes publish to nats://%s:%d (named in their check-in answers), relayed to the host at %s", l.cfg.Subnet.Addr(), natsNetnsPort, url)
+		}
+		l.logf("events: %s with node credentials (dpxe events tail --nats-url %s --nats-user %soperator --nats-password-file %s)",
+			who, url, natsauth.WorkerPrefix, tokFile)
 		return nil
 	}
-	nc, err := nats.Connect(m[1], nats.Name("dpxe lab"), nats.MaxReconnects(-1))
+	if l.Mode == ModeNetns {
+		// Check-in answers carry broker access only from serve
+		// --nats-auth: without it the kernel nodes publish nothing.
+		l.mu.Lock()
+		l.NATSURL = url
+		l.mu.Unlock()
+		l.logf("events: without NATS_AUTH=1 the QEMU nodes get no broker access and publish no events (dpxe events tail --nats-url %s)", url)
+		return nil
+	}
+	nc, err := nats.Connect(url, nats.Name("dpxe lab"), nats.MaxReconnects(-1))
 	if err != nil {
-		return fmt.Errorf("lab: NATS at %s: %w", m[1], err)
+		return fmt.Errorf("lab: NATS at %s: %w", url, err)
 	}
 	l.mu.Lock()
-	l.NATSURL, l.nc = m[1], nc
+	l.NATSURL, l.nc = url, nc
 	l.mu.Unlock()
-	l.logf("events: simulated nodes publish to %s (dpxe events tail --nats-url %s)", m[1], m[1])
+	l.logf("events: simulated nodes publish to %s (dpxe events tail --nats-url %s)", url, url)
 	return nil
 }
 

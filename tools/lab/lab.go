@@ -101,12 +101,14 @@ type Config struct {
 	// PingEvery makes every PingEvery-th synthetic guild message a "!ping"
 	// (the emulator's -ping-every; 0: none).
 	PingEvery int
-	// Pingbot is the examples/pingbot binary; with simulated nodes the lab
-	// runs it against serve's NATS server and the emulator's REST API
-	// ("": no pingbot).
+	// Pingbot is the examples/pingbot binary; the lab runs it on the host
+	// against serve's NATS server (relayed from the namespace in netns
+	// mode) and the emulator's REST API ("": no pingbot).
 	Pingbot string
-	// NATSAuth runs `dpxe serve --nats-auth`: simulated nodes connect with
-	// node credentials, pingbot and the operator with worker credentials.
+	// NATSAuth runs `dpxe serve --nats-auth`: nodes connect with node
+	// credentials (QEMU nodes get theirs with their check-in answers and
+	// publish only with them), pingbot and the operator with worker
+	// credentials.
 	NATSAuth bool
 	// Plain runs the lab without TLS (make run TLS=0, for development):
 	// the emulator on http:// and ws://, nodes checking in over http://.
@@ -206,8 +208,9 @@ type Lab struct {
 	// GatewayFlags reports whether this dpxe serve took --gateway-api,
 	// --bot-token-file and --intents.
 	GatewayFlags bool
-	// NATSURL is serve's NATS server that simulated nodes publish events
-	// to ("" without event delivery; events.go).
+	// NATSURL is serve's NATS server as the host reaches it: where
+	// simulated nodes publish, or the host relay of the namespace's
+	// server in netns mode ("" without event delivery; events.go).
 	NATSURL string
 	// Pingbot: the lab runs examples/pingbot (events.go).
 	Pingbot bool
@@ -696,11 +699,17 @@ func (l *Lab) serveArgs(listen, gatewayAPI, gatewayURL string) []string {
 		"--max-concurrency", fmt.Sprint(l.cfg.MaxConcurrency),
 		"--identify-window", (l.cfg.IdentifyWindow + identifyMargin).String()}
 	help := serveHelp(l.cfg.DPXE)
-	if hasFlag(help, "nats-listen") {
+	if hasFlag(help, "nats-listen") && l.Mode == ModeSimulated {
 		// A port of its own, so a lab beside tests or a NATS server on
 		// 4222 does not collide; the address is in serve's "events" line.
 		args = append(args, "--nats-listen", "127.0.0.1:0")
 	}
+	// In the namespace serve's default: with --nats-auth the bridge
+	// address on NATS's port, where the kernel nodes reach it (their
+	// check-in answers name it), and the namespace's loopback relayed to
+	// it, where the lab relays it to the host (natsNetnsPort); without,
+	// loopback only. The namespace's ports are its own: no collision with
+	// the host.
 	if l.cfg.NATSAuth && hasFlag(help, "nats-auth") {
 		args = append(args, "--nats-auth")
 	}
@@ -852,6 +861,20 @@ func (l *Lab) startNetns(ctx context.Context) error {
 	if err := l.loadAdmin(); err != nil {
 		return err
 	}
+	// The broker on the host for pingbot and the operator's CLI: a relay
+	// from a free host port to the namespace's loopback.
+	natsFwd, err := listenForward("127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("lab: a host port for NATS: %w", err)
+	}
+	l.fwds = append(l.fwds, natsFwd)
+	natsFwd.serve(fmt.Sprintf("127.0.0.1:%d", natsNetnsPort), l.dialer.DialContext)
+	if err := l.connectEvents("nats://" + natsFwd.Addr()); err != nil {
+		return err
+	}
+	if err := l.startPingbot(); err != nil {
+		return err
+	}
 	for i := 0; i < l.cfg.Nodes; i++ {
 		if _, err := l.AddNode(ctx); err != nil {
 			return err
@@ -859,6 +882,10 @@ func (l *Lab) startNetns(ctx context.Context) error {
 	}
 	return nil
 }
+
+// natsNetnsPort is the embedded NATS server's port in the lab's namespace
+// (serve's default, NATS's registered port), on the namespace's loopback.
+const natsNetnsPort = 4222
 
 func (l *Lab) loadAdmin() error {
 	tok, err := os.ReadFile(l.TokenFile)

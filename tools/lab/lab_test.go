@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/discord-pxe/dpxe/image/qemu"
 	"github.com/discord-pxe/dpxe/tools/netns"
 )
@@ -350,8 +352,11 @@ func checkEmulatorTLS(t *testing.T, l *Lab) {
 // through the API, that each node took a DHCP lease and fetched its script
 // and kernel, and on its console that the kernel booted as that node and
 // took the same lease itself; that both check in and all four shards reach
-// READY with an empty violation record; and that teardown removed the
-// namespace, the taps and every process.
+// READY with an empty violation record; that pingbot answers the
+// emulator's "!ping"s through the kernel nodes (emulator → kernel →
+// serve's JetStream on the bridge → pingbot on the host → the emulator's
+// REST API, checked in the emulator's record and the lab's table); and
+// that teardown removed the namespace, the taps and every process.
 func TestLabNetns(t *testing.T) {
 	if err := netns.Available(); err != nil {
 		t.Skipf("skipping: %v", err)
@@ -368,6 +373,9 @@ func TestLabNetns(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(cfg.Out, "kernel.bin")); err != nil {
 		t.Skipf("skipping: no kernel.bin in %s (run make image)", cfg.Out)
 	}
+	// `make run`'s bot: every other synthetic message a "!ping", pingbot
+	// reading with worker credentials, the nodes publishing with theirs.
+	cfg.NATSAuth, cfg.MessageRate, cfg.PingEvery, cfg.Pingbot = true, 1, 2, pingbotBinary(t)
 	ctx := context.Background()
 
 	// What a crashed lab leaves behind.
@@ -561,6 +569,7 @@ func TestLabNetns(t *testing.T) {
 	if connected != cfg.Shards {
 		t.Errorf("emulator: %d connected sessions, want %d", connected, cfg.Shards)
 	}
+	checkNetnsPingbot(t, l, start)
 
 	pids := l.PIDs()
 	ns := l.Netns()
@@ -576,4 +585,80 @@ func TestLabNetns(t *testing.T) {
 		t.Errorf("a tap is left on the host:\n%s", out)
 	}
 	t.Logf("whole run %v", time.Since(start).Round(100*time.Millisecond))
+}
+
+// netnsReplies is how many pingbot replies TestLabNetns waits for: a
+// bounded number, enough to show the path works for several shards
+// without making the test wait on the emulator's message rate.
+const netnsReplies = 6
+
+// checkNetnsPingbot waits until pingbot has posted netnsReplies replies
+// to the emulator's REST API, each a "pong" to a "!ping" the emulator sent
+// and none twice to one ping. In the namespace only the QEMU nodes publish
+// events, so every reply went emulator → kernel → JetStream → pingbot →
+// REST. It also checks that the nodes took the bridge's broker URL, that
+// serve refuses an anonymous client, and that the table shows the replies.
+func checkNetnsPingbot(t *testing.T, l *Lab, start time.Time) {
+	t.Helper()
+	if !l.Pingbot {
+		t.Fatal("the lab did not start pingbot")
+	}
+	if nc, err := nats.Connect(l.NATSURL, nats.MaxReconnects(0)); err == nil {
+		nc.Close()
+		t.Error("an anonymous client connected to serve --nats-auth through the lab's relay")
+	}
+	waitStart := time.Now()
+	var replies, pings int
+	waitUntil(t, 60*time.Second, fmt.Sprintf("%d pingbot replies from the QEMU nodes' events", netnsReplies), func() string {
+		var st struct {
+			REST struct {
+				Messages []struct {
+					Content string `json:"content"`
+					ReplyTo string `json:"reply_to"`
+				} `json:"messages"`
+				Pings []struct {
+					MessageID string `json:"message_id"`
+				} `json:"pings"`
+			} `json:"rest"`
+		}
+		if err := mustGateway(t, l).do(context.Background(), "GET", "/debug/state", nil, &st); err != nil {
+			return err.Error()
+		}
+		pinged := map[string]bool{}
+		for _, p := range st.REST.Pings {
+			pinged[p.MessageID] = true
+		}
+		answered := map[string]bool{}
+		for _, m := range st.REST.Messages {
+			if m.Content != "pong" || !pinged[m.ReplyTo] {
+				t.Fatalf("posted %q replying to %q, which is not a ping the emulator sent", m.Content, m.ReplyTo)
+			}
+			if answered[m.ReplyTo] {
+				t.Fatalf("ping %s got two replies", m.ReplyTo)
+			}
+			answered[m.ReplyTo] = true
+		}
+		replies, pings = len(st.REST.Messages), len(st.REST.Pings)
+		if replies < netnsReplies {
+			return fmt.Sprintf("%d replies to %d pings (pingbot log: %s)", replies, pings, tail(filepath.Join(l.cfg.Var, "pingbot.log"), 3))
+		}
+		return ""
+	})
+	for _, n := range l.Nodes() {
+		b, _ := os.ReadFile(n.Console)
+		if !regexp.MustCompile(`nats: connected to nats://10\.213\.0\.1:4222 `).Match(b) {
+			t.Errorf("%s: no console line naming the broker at the bridge, 10.213.0.1:4222", n.Name)
+		}
+	}
+	rep, err := l.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table strings.Builder
+	rep.Print(&table)
+	if rep.Replies < netnsReplies || !strings.Contains(table.String(), "replies posted") {
+		t.Errorf("the table does not show pingbot's replies:\n%s", table.String())
+	}
+	t.Logf("pingbot: %d replies to %d pings %v after start (waited %v for %d once the shards were READY)",
+		replies, pings, time.Since(start).Round(100*time.Millisecond), time.Since(waitStart).Round(100*time.Millisecond), netnsReplies)
 }

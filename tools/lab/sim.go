@@ -71,7 +71,7 @@ func (l *Lab) startSimulated(ctx context.Context) error {
 	if err := l.loadAdmin(); err != nil {
 		return err
 	}
-	if err := l.connectEvents(); err != nil {
+	if err := l.connectEvents(""); err != nil {
 		return err
 	}
 	if err := l.startPingbot(); err != nil {

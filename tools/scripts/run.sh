@@ -13,7 +13,7 @@
 # Options (make variables or environment): NODES, SHARDS, MAX_CONCURRENCY,
 # FIRMWARE=bios|uefi|mixed, LISTEN, GATEWAY_LISTEN, SIMULATE=1, MESSAGE_RATE
 # (synthetic messages per second per shard, default 1) and PING_EVERY (every
-# N-th one is "!ping", default 5): with simulated nodes, bin/pingbot answers
+# N-th one is "!ping", default 5): bin/pingbot answers
 # the pings through the emulator's REST API and the table counts the replies.
 # TLS=1 (the default): the emulator serves https:// and wss:// from a CA it
 # generates (var/lab/gateway-ca.pem), QEMU nodes boot an image built to trust

@@ -1,6 +1,7 @@
 // Package embedded runs the NATS server with JetStream that `dpxe serve`
-// embeds by default: a file store under the data directory, a loopback
-// listener, and in-process connections for the controller. It is apart
+// embeds by default: a file store under the data directory, one client
+// listener (loopback by default) with relays from more addresses to it,
+// and in-process connections for the controller. It is apart
 // from package events so that bots using the SDK do not link a server.
 package embedded
 
@@ -18,8 +19,9 @@ import (
 
 // Defaults of the embedded NATS server.
 const (
-	// DefaultListen is where `dpxe serve` lets nodes and workers connect:
-	// loopback, NATS's registered port.
+	// DefaultListen is where `dpxe serve` lets workers connect: loopback,
+	// NATS's registered port (with netboot and --nats-auth, serve listens
+	// on the boot interface and relays this address to it).
 	DefaultListen = "127.0.0.1:4222"
 	// embeddedName names the server in INFO and in JetStream's metadata.
 	embeddedName = "dpxe"
@@ -48,6 +50,11 @@ type ServerConfig struct {
 	MaxPayload int32
 	// Log receives the server's notices and errors; nil discards them.
 	Log *slog.Logger
+	// Relay lists more addresses (host:port, port 0 picks one) whose
+	// connections are relayed byte for byte to the Listen address: the
+	// server has one client listener, and `dpxe serve` puts it on the
+	// boot interface and relays loopback to it. Needs Listen.
+	Relay []string
 	// Auth, if set, authenticates every client (user and password) and
 	// sets its permissions; nil accepts every client with every
 	// permission. In-process connections (Connect) always have every
@@ -59,7 +66,8 @@ type ServerConfig struct {
 // safe for concurrent use.
 type Server struct {
 	srv       *server.Server
-	adminPass string // with Auth: Connect's password
+	adminPass string   // with Auth: Connect's password
+	relays    []*relay // ServerConfig.Relay
 }
 
 // Start starts an embedded NATS server with JetStream on a file
@@ -83,6 +91,9 @@ func Start(cfg ServerConfig) (*Server, error) {
 		NoSigs:             true, // dpxe serve owns the signals
 	}
 	if cfg.Listen == "" {
+		if len(cfg.Relay) > 0 {
+			return nil, fmt.Errorf("relay %q: needs a listen address: %w", cfg.Relay, ErrServerConfig)
+		}
 		opts.DontListen = true
 	} else {
 		host, port, err := net.SplitHostPort(cfg.Listen)
@@ -137,7 +148,26 @@ func Start(cfg ServerConfig) (*Server, error) {
 		srv.Shutdown()
 		return nil, fmt.Errorf("embedded NATS: JetStream did not start (store %s)", cfg.StoreDir)
 	}
-	return &Server{srv: srv, adminPass: adminPass}, nil
+	s := &Server{srv: srv, adminPass: adminPass}
+	for _, addr := range cfg.Relay {
+		r, err := listenRelay(addr, srv.Addr().String())
+		if err != nil {
+			s.Shutdown()
+			return nil, fmt.Errorf("embedded NATS: relay %s: %w", addr, err)
+		}
+		s.relays = append(s.relays, r)
+	}
+	return s, nil
+}
+
+// RelayAddrs are the addresses relayed to the listener
+// (ServerConfig.Relay, ports resolved), in the order given.
+func (s *Server) RelayAddrs() []net.Addr {
+	var out []net.Addr
+	for _, r := range s.relays {
+		out = append(out, r.ln.Addr())
+	}
+	return out
 }
 
 // ClientURL is the nats:// URL of the TCP listener, or "" without one.
@@ -163,6 +193,9 @@ func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
 // Shutdown stops the server and waits until it has stopped; the file store
 // is closed, so a new server on the same directory recovers the stream.
 func (s *Server) Shutdown() {
+	for _, r := range s.relays {
+		r.close()
+	}
 	s.srv.Shutdown()
 	s.srv.WaitForShutdown()
 }

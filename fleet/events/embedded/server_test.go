@@ -80,3 +80,62 @@ func TestStartRefusals(t *testing.T) {
 		t.Error("started on a port in use")
 	}
 }
+
+// TestStartRelay: a client connected to a relay address talks to the same
+// server as one on the listener (a message crosses from one to the other,
+// JetStream answers through the relay); Shutdown closes the relay's
+// listener and cuts its connections; a relay without a listener, or on a
+// port in use, is refused.
+func TestStartRelay(t *testing.T) {
+	s, err := Start(ServerConfig{Listen: "127.0.0.1:0", Relay: []string{"127.0.0.1:0"}, StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown()
+	ra := s.RelayAddrs()
+	if len(ra) != 1 || ra[0].String() == s.Addr().String() {
+		t.Fatalf("relay addresses %v beside listener %v", ra, s.Addr())
+	}
+	direct, err := nats.Connect(s.ClientURL(), nats.Timeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+	cut := make(chan struct{})
+	relayed, err := nats.Connect("nats://"+ra[0].String(), nats.Timeout(5*time.Second), nats.NoReconnect(),
+		nats.ClosedHandler(func(*nats.Conn) { close(cut) }))
+	if err != nil {
+		t.Fatalf("through the relay: %v", err)
+	}
+	defer relayed.Close()
+	sub, err := direct.SubscribeSync("relay.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct.Flush()
+	if err := relayed.Publish("relay.test", []byte("across")); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := sub.NextMsg(5 * time.Second); err != nil || string(m.Data) != "across" {
+		t.Fatalf("message published through the relay: %v %v", m, err)
+	}
+	if _, err := relayed.Request("$JS.API.INFO", nil, 5*time.Second); err != nil {
+		t.Errorf("JetStream API through the relay: %v", err)
+	}
+	if _, err := Start(ServerConfig{Listen: "127.0.0.1:0", Relay: []string{ra[0].String()}, StoreDir: t.TempDir()}); err == nil {
+		t.Error("a relay on a port in use was accepted")
+	}
+	if _, err := Start(ServerConfig{Relay: []string{"127.0.0.1:0"}, StoreDir: t.TempDir()}); !errors.Is(err, ErrServerConfig) {
+		t.Errorf("a relay without a listener: %v, want ErrServerConfig", err)
+	}
+	s.Shutdown()
+	select {
+	case <-cut:
+	case <-time.After(5 * time.Second):
+		t.Error("the relayed connection outlived Shutdown")
+	}
+	if c, err := net.DialTimeout("tcp", ra[0].String(), time.Second); err == nil {
+		c.Close()
+		t.Error("the relay still accepts after Shutdown")
+	}
+}
