@@ -132,10 +132,7 @@ func TestWorkersAdd(t *testing.T) {
 // the stream's stats with --nats-user and --nats-password-file.
 func TestServeNATSAuth(t *testing.T) {
 	dir := t.TempDir()
-	bin, err := buildDpxe(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := sharedDpxe(t)
 	out, err := exec.Command(bin, "workers", "add", "w1", "--auth-file", filepath.Join(dir, "nats-auth.json")).CombinedOutput()
 	if err != nil {
 		t.Fatalf("workers add: %v\n%s", err, out)

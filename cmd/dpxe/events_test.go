@@ -26,10 +26,7 @@ var natsLogRE = regexp.MustCompile(`msg=events part=events nats=(nats://127\.0\.
 // and live.
 func TestEventsTail(t *testing.T) {
 	dir := t.TempDir()
-	bin, err := buildDpxe(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := sharedDpxe(t)
 	p := startServe(t, bin, "--db", filepath.Join(dir, "dpxe.db"), "--no-dashboard")
 	m := natsLogRE.FindStringSubmatch(p.logs())
 	if m == nil {
@@ -132,10 +129,7 @@ func TestEventsTail(t *testing.T) {
 // `dpxe serve` with a reason; --no-events starts without NATS.
 func TestServeEventsFlags(t *testing.T) {
 	dir := t.TempDir()
-	bin, err := buildDpxe(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := sharedDpxe(t)
 	for _, c := range []struct {
 		args []string
 		want string

@@ -97,10 +97,7 @@ func TestReplicasShareDHCPPool(t *testing.T) {
 	link("srvb", "", subnet+".2/24")
 
 	dir := t.TempDir()
-	bin, err := buildDpxe(dir)
-	if err != nil {
-		t.Fatalf("build: %v", err)
-	}
+	bin := sharedDpxe(t)
 	wrapper := filepath.Join(dir, "dpxe-in-ns")
 	if err := os.WriteFile(wrapper, []byte("#!/bin/sh\nexec ip netns exec "+ns.Name+" "+bin+" \"$@\"\n"), 0o755); err != nil {
 		t.Fatal(err)

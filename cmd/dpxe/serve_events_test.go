@@ -33,10 +33,7 @@ func startNATSCluster(t *testing.T) []string {
 // events published there reach `dpxe events tail`.
 func TestServeEventsExternalCluster(t *testing.T) {
 	dir := t.TempDir()
-	bin, err := buildDpxe(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := sharedDpxe(t)
 	urls := startNATSCluster(t)
 	list := strings.Join(urls, ",")
 	// The cluster elects its JetStream leader in a few seconds after

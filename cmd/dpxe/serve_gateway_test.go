@@ -124,10 +124,7 @@ func TestServeGatewayEndToEnd(t *testing.T) {
 	}
 	defer emu.Close()
 	dir := t.TempDir()
-	bin, err := buildDpxe(dir)
-	if err != nil {
-		t.Fatalf("build: %v", err)
-	}
+	bin := sharedDpxe(t)
 	tokFile := filepath.Join(dir, "bot.token")
 	os.WriteFile(tokFile, []byte(botToken+"\n"), 0o600)
 	adminFile := filepath.Join(dir, "var", "admin.token")

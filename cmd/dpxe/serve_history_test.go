@@ -15,10 +15,7 @@ import (
 // running.
 func TestServeSamplesHistory(t *testing.T) {
 	dir := t.TempDir()
-	bin, err := buildDpxe(dir)
-	if err != nil {
-		t.Fatalf("build: %v", err)
-	}
+	bin := sharedDpxe(t)
 	db := filepath.Join(dir, "var", "dpxe.db")
 	p := startServe(t, bin, "--db", db, "--total-shards", "16", "--no-dashboard")
 	ctx := context.Background()

@@ -50,10 +50,7 @@ func TestMetricsNodeSeriesConfig(t *testing.T) {
 // a not_found refusal.
 func TestServeNetbootMetrics(t *testing.T) {
 	dir := t.TempDir()
-	bin, err := buildDpxe(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := sharedDpxe(t)
 	boot := filepath.Join(dir, "out")
 	if err := os.MkdirAll(boot, 0o755); err != nil {
 		t.Fatal(err)

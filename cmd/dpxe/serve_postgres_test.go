@@ -46,10 +46,7 @@ func TestServeOnPostgres(t *testing.T) {
 	dsnWithPassword := strings.Replace(dsn, "postgres://postgres@", "postgres://postgres:"+secret+"@", 1)
 
 	dir := t.TempDir()
-	bin, err := buildDpxe(dir)
-	if err != nil {
-		t.Fatalf("build: %v", err)
-	}
+	bin := sharedDpxe(t)
 	tokenFile := filepath.Join(dir, "admin.token")
 	const lease = 60 * time.Second
 	// Every file serve keeps goes to the test's directory (by default they

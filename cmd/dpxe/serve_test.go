@@ -141,10 +141,7 @@ func httpJSON(t *testing.T, method, url, token, body string, out any) int {
 // survived.
 func TestServeEndToEnd(t *testing.T) {
 	dir := t.TempDir()
-	bin, err := buildDpxe(dir)
-	if err != nil {
-		t.Fatalf("build: %v", err)
-	}
+	bin := sharedDpxe(t)
 	db := filepath.Join(dir, "var", "dpxe.db")
 	tokenFile := filepath.Join(dir, "var", "admin.token")
 	cfgFile := filepath.Join(dir, "serve.json")

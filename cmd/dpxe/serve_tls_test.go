@@ -50,10 +50,7 @@ func pinnedClient(pin string) *http.Client {
 // keeps the key (same pin).
 func TestServeHTTPSPinned(t *testing.T) {
 	dir := t.TempDir()
-	bin, err := buildDpxe(dir)
-	if err != nil {
-		t.Fatalf("build: %v", err)
-	}
+	bin := sharedDpxe(t)
 	db := filepath.Join(dir, "var", "dpxe.db")
 	out, err := exec.Command(bin, "serve", "--db", db, "--print-pin").Output()
 	if err != nil {

@@ -26,10 +26,7 @@ var metricsListenRE = regexp.MustCompile(`msg="metrics listening without authent
 // a ready one, and has a real Prometheus scrape the running server.
 func TestStatusAndMetricsListener(t *testing.T) {
 	dir := t.TempDir()
-	bin, err := buildDpxe(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := sharedDpxe(t)
 	db := filepath.Join(dir, "var", "dpxe.db")
 	p := startServe(t, bin, "--db", db, "--total-shards", "2", "--metrics-listen", "127.0.0.1:0", "--no-dashboard")
 	defer p.stop(t)

@@ -6,7 +6,9 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -48,6 +50,39 @@ func outDir(t testing.TB) string {
 		t.Fatalf("building images: %v", imagesErr)
 	}
 	return imagesDir
+}
+
+var (
+	dpxeOnce sync.Once
+	dpxeDir  string
+	dpxeErr  error
+)
+
+// dpxeBinary returns the dpxe command built from this module, once per
+// test process (a link takes seconds, and some thirty tests start dpxe
+// serve). Tests only run it; its directory goes at the end of TestMain.
+func dpxeBinary(t testing.TB) string {
+	t.Helper()
+	dpxeOnce.Do(func() {
+		if dpxeDir, dpxeErr = os.MkdirTemp("", "dpxe-e2e-bin-"); dpxeErr != nil {
+			return
+		}
+		if b, err := exec.Command("go", "build", "-o", filepath.Join(dpxeDir, "dpxe"), "github.com/discord-pxe/dpxe/cmd/dpxe").CombinedOutput(); err != nil {
+			dpxeErr = fmt.Errorf("go build: %v\n%s", err, b)
+		}
+	})
+	if dpxeErr != nil {
+		t.Fatalf("building dpxe: %v", dpxeErr)
+	}
+	return filepath.Join(dpxeDir, "dpxe")
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if dpxeDir != "" {
+		os.RemoveAll(dpxeDir)
+	}
+	os.Exit(code)
 }
 
 // bootSelfTest boots kernel.bin under SeaBIOS with selftest=1, node ID id,

@@ -137,11 +137,8 @@ type pinnedServe struct {
 // it answers, and enrolls ids.
 func startPinnedServe(t *testing.T, ctx context.Context, subnet string, totalShards int, ids ...string) *pinnedServe {
 	t.Helper()
-	p := &pinnedServe{bin: filepath.Join(t.TempDir(), "dpxe"), logs: &bytes.Buffer{}, creds: map[string]string{},
+	p := &pinnedServe{bin: dpxeBinary(t), logs: &bytes.Buffer{}, creds: map[string]string{},
 		server: "http://" + subnet + ".1:8080", secure: "https://" + subnet + ".1:8443"}
-	if b, err := exec.CommandContext(ctx, "go", "build", "-o", p.bin, "github.com/discord-pxe/dpxe/cmd/dpxe").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, b)
-	}
 	ns, err := netns.New(ctx, netip.MustParsePrefix(subnet+".1/24"))
 	if err != nil {
 		t.Fatal(err)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -34,10 +33,7 @@ func TestKernelCheckinNATSAccess(t *testing.T) {
 	needQEMU(t, qemu.SeaBIOS)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	bin := filepath.Join(t.TempDir(), "dpxe")
-	if b, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/discord-pxe/dpxe/cmd/dpxe").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, b)
-	}
+	bin := dpxeBinary(t)
 	const subnet = "10.93.0"
 	ns, err := netns.New(ctx, netip.MustParsePrefix(subnet+".1/24"))
 	if err != nil {

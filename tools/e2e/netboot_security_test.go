@@ -49,14 +49,10 @@ type secServer struct {
 	done  chan error
 }
 
-// buildDPXE builds the dpxe command once per test.
+// buildDPXE is the dpxe command (dpxeBinary).
 func buildDPXE(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "dpxe")
-	if b, err := exec.CommandContext(t.Context(), "go", "build", "-o", bin, "github.com/discord-pxe/dpxe/cmd/dpxe").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, b)
-	}
-	return bin
+	return dpxeBinary(t)
 }
 
 // startSecServer starts `dpxe serve` in ns with the operator API on
