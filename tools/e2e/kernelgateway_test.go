@@ -99,10 +99,7 @@ func newGWLabNoServe(t testing.TB, ctx context.Context, subnet string, emu gatew
 	}
 	needQEMU(t, qemu.SeaBIOS)
 	l := &gwLab{t: t, ctx: ctx, subnet: subnet, dir: t.TempDir(), done: make(chan struct{}), ran: make(chan error, 16), lost: make(chan struct{})}
-	l.bin = filepath.Join(l.dir, "dpxe")
-	if b, err := exec.CommandContext(ctx, "go", "build", "-o", l.bin, "github.com/discord-pxe/dpxe/cmd/dpxe").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, b)
-	}
+	l.bin = dpxeBinary(t)
 	ns, err := netns.New(ctx, netip.MustParsePrefix(subnet+".1/24"))
 	if err != nil {
 		t.Fatal(err)
@@ -1056,8 +1053,9 @@ func ladderCounts(t testing.TB, l *gwLab, node *gwNode, n, guilds int) {
 
 // TestKernelGatewayLadder is the scaling ladder of seed 000 up to 16
 // shards on one node; 128 is in TestKernelGatewayScale (make test-scale).
+// max_concurrency 1, 2 and 16: one Identify per window, then several.
 func TestKernelGatewayLadder(t *testing.T) {
-	for i, step := range []struct{ n, mc int }{{4, 1}, {8, 1}, {16, 16}} {
+	for i, step := range []struct{ n, mc int }{{4, 1}, {8, 2}, {16, 16}} {
 		t.Run(fmt.Sprintf("%d-shards-mc%d", step.n, step.mc), func(t *testing.T) {
 			ladderStep(t, fmt.Sprintf("10.%d.0", 81+i), step.n, step.mc)
 		})
@@ -1138,7 +1136,8 @@ func (l *gwLab) acceptedIdentifies() int {
 }
 
 // TestKernelGatewayFleet is acceptance group 4: three nodes, 24 shards,
-// max_concurrency 2. Draining a node moves its shards to the others by
+// max_concurrency 4 (six Identify windows at the cold start; pacing at
+// max_concurrency 1 is TestKernelGatewayLadder's). Draining a node moves its shards to the others by
 // Resume (no Identify, the same sessions); a killed node's shards come up
 // elsewhere after its lease; a controller restart drops no shard. The
 // emulator never sees two live sessions of a shard.
@@ -1146,8 +1145,9 @@ func TestKernelGatewayFleet(t *testing.T) {
 	const total = 24
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	l := newGWLab(t, ctx, "10.84.0", gatewayemu.Options{HeartbeatInterval: 5 * time.Second, Shards: total, MaxConcurrency: 2},
-		"--total-shards", fmt.Sprint(total), "--lease", "10s", "--max-concurrency", "2")
+	const mc = 4
+	l := newGWLab(t, ctx, "10.84.0", gatewayemu.Options{HeartbeatInterval: 5 * time.Second, Shards: total, MaxConcurrency: mc},
+		"--total-shards", fmt.Sprint(total), "--lease", "10s", "--max-concurrency", fmt.Sprint(mc))
 	nodes := []string{"fleet-a", "fleet-b", "fleet-c"}
 	nics := []string{"e1000", "virtio-net-pci", "e1000"}
 	booted := map[string]*gwNode{}
@@ -1159,7 +1159,7 @@ func TestKernelGatewayFleet(t *testing.T) {
 		l.awaitEmu(within, what, func(s gatewayemu.State) bool { return len(readySessions(s, 1)) == total })
 		return l.liveSessions()
 	}
-	before := allReady(total/2*gatewayemu.DefaultIdentifyWindow+90*time.Second, "24 READY shards")
+	before := allReady(total/mc*gatewayemu.DefaultIdentifyWindow+90*time.Second, "24 READY shards")
 	ids := l.acceptedIdentifies()
 	t.Logf("cold start: %d shards READY on 3 nodes with %d Identifies", len(before), ids)
 
