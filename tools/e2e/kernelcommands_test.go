@@ -73,10 +73,17 @@ func TestKernelCommands(t *testing.T) {
 	sessions := l.emu.Sessions()
 
 	// The node subscribes once its shard runs: until then no responders.
+	// The probe is a heartbeat, which the node refuses (bad_op) and never
+	// sends: a probe that was sent could reach the emulator after the count
+	// below, or after its request timed out here.
 	const presence = `{"op":3,"d":{"since":null,"activities":[],"status":"online","afk":false}}`
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
-		_, err := nc.Request(subj, []byte(presence), 5*time.Second)
+		m, err := nc.Request(subj, []byte(`{"op":1,"d":{}}`), 5*time.Second)
 		if err == nil {
+			var r events.CommandReply
+			if err := json.Unmarshal(m.Data, &r); err != nil || r.Status != events.CodeBadOp {
+				t.Fatalf("probe (op 1): reply %q, want %s", m.Data, events.CodeBadOp)
+			}
 			break
 		}
 		if !errors.Is(err, nats.ErrNoResponders) && !errors.Is(err, nats.ErrTimeout) {
@@ -86,8 +93,10 @@ func TestKernelCommands(t *testing.T) {
 			t.Fatalf("no node answers %s: %v", subj, err)
 		}
 	}
-	// (That first presence update may have been answered ok: counted below.)
 	before := shardCmds(1)
+	if before != 0 {
+		t.Fatalf("the emulator recorded %d commands on shard 1 before the first was sent", before)
+	}
 	if r := request(presence); r.Status != events.CodeOK {
 		t.Fatalf("presence update: %+v", r)
 	}
