@@ -47,7 +47,7 @@ func TestParseNATSURL(t *testing.T) {
 // TestNATSAccessHostNames: the check-in answer's URLs may name the broker
 // by host name, and every URL Validate takes is one the kernel parses.
 func TestNATSAccessHostNames(t *testing.T) {
-	a := NATSAccess{URLs: []string{"nats://broker.test:4222", "nats://10.0.0.1:4222", "nats://127.0.0.1:4222"}, User: "u", Password: "p", App: "bot"}
+	a := NATSAccess{URLs: []string{"nats://broker.test:4222", "nats://10.0.0.1:4222", "nats://127.0.0.1:4222", "tls://broker.test:4443"}, User: "u", Password: "p", App: "bot"}
 	if err := a.Validate(); err != nil {
 		t.Fatal(err)
 	}

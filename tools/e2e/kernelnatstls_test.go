@@ -3,6 +3,8 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -24,6 +26,8 @@ import (
 	"github.com/discord-pxe/dpxe/appliance"
 	"github.com/discord-pxe/dpxe/fleet/events"
 	"github.com/discord-pxe/dpxe/fleet/events/eventstest"
+	"github.com/discord-pxe/dpxe/image"
+	"github.com/discord-pxe/dpxe/kernel"
 	"github.com/discord-pxe/dpxe/tools/gatewayemu"
 )
 
@@ -78,21 +82,23 @@ func natsAccessProxy(t *testing.T, l *gwLab, addr string, access appliance.NATSA
 }
 
 // startNATSServer runs Debian's nats-server in the namespace with
-// JetStream and the users given (name -> password), listening on addr
-// (host:port); extra is more of its configuration (a tls block). It
-// returns a client connected as the first user, from the namespace.
-func startNATSServer(t *testing.T, ctx context.Context, l *gwLab, addr string, users [][2]string, extra string) *nats.Conn {
+// JetStream and the users given (name -> password), listening on url's
+// host:port; extra is more of its configuration (a tls block). It returns
+// a client connected to url as the first user, from the namespace, with
+// the options given (nats.Secure).
+func startNATSServer(t *testing.T, ctx context.Context, l *gwLab, url string, users [][2]string, extra string, o ...nats.Option) *nats.Conn {
 	t.Helper()
 	if _, err := os.Stat(eventstest.DebianServer); err != nil {
 		t.Skipf("no nats-server: %v", err)
 	}
+	addr := url[strings.Index(url, "://")+3:]
 	dir := t.TempDir()
 	var u []string
 	for _, p := range users {
 		u = append(u, fmt.Sprintf("{user: %q, password: %q}", p[0], p[1]))
 	}
-	conf := fmt.Sprintf("listen: %q\nserver_name: nt-broker\njetstream {store_dir: %q}\nauthorization {users: [%s]}\n%s",
-		addr, filepath.Join(dir, "js"), strings.Join(u, ", "), extra)
+	conf := fmt.Sprintf("listen: %q\nserver_name: %q\njetstream {store_dir: %q}\nauthorization {users: [%s]}\n%s",
+		addr, "nt-"+strings.ReplaceAll(addr, ":", "-"), filepath.Join(dir, "js"), strings.Join(u, ", "), extra)
 	path := filepath.Join(dir, "nats.conf")
 	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
@@ -110,9 +116,9 @@ func startNATSServer(t *testing.T, ctx context.Context, l *gwLab, addr string, u
 			t.Logf("nats-server log:\n%s", logs.String())
 		}
 	})
-	opts := []nats.Option{nats.UserInfo(users[0][0], users[0][1]), nats.SetCustomDialer(nsDialer{l.ns.Name}), nats.NoReconnect()}
+	opts := append([]nats.Option{nats.UserInfo(users[0][0], users[0][1]), nats.SetCustomDialer(nsDialer{l.ns.Name}), nats.NoReconnect()}, o...)
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		nc, err := nats.Connect("nats://"+addr, opts...)
+		nc, err := nats.Connect(url, opts...)
 		if err == nil {
 			t.Cleanup(nc.Close)
 			return nc
@@ -123,18 +129,26 @@ func startNATSServer(t *testing.T, ctx context.Context, l *gwLab, addr string, u
 	}
 }
 
-// TestKernelNATSBrokerByName: a node publishes to Debian's nats-server
-// (JetStream, password users) that its check-in answer names by host
-// name. The node gets its address and DNS server by DHCP (dnsmasq); a
-// DNS server in the namespace holds broker.test. The answer (dpxe serve's,
-// with "nats" added by a proxy) lists nats://nowhere.test:4222 first: the
-// name does not resolve (NXDOMAIN), the node says so and counts it
-// (dns_refused) and moves on to nats://broker.test:4222, connects by the
-// looked-up address, and every dispatch of both sessions (1..100) is in
-// the stream exactly once with the emulator's bytes. Neither password is
-// on the console.
-func TestKernelNATSBrokerByName(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+// TestKernelNATSBrokerTLS: a node publishes to Debian's nats-server
+// (JetStream, password users, TLS with a certificate for broker.test from
+// a test CA whose root is the image's only trust anchor) that its check-in
+// answer names by host name, one boot for every case. The node gets its
+// address and DNS server by DHCP (dnsmasq); a DNS server in the namespace
+// holds broker.test and wrong.test. The answer (dpxe serve's, with "nats"
+// added by a proxy) lists, in order:
+//   - nats://nowhere.test:4222: the name does not resolve (NXDOMAIN): said,
+//     counted (dns_refused), the next URL;
+//   - tls://wrong.test:4223: a second nats-server whose certificate, from
+//     the same CA, names other.test: the handshake is refused with the
+//     kernel's reason (counted, tls_refused), no CONNECT (no password)
+//     reaches it, the node carries on;
+//   - tls://broker.test:4222: INFO in clear, then TLS 1.3 (the chain and
+//     the name checked), CONNECT and every HPUB sealed: dispatches 1..100 of
+//     both sessions are in the stream once each with the emulator's bytes.
+//
+// Neither password is on the console.
+func TestKernelNATSBrokerTLS(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	const (
 		subnet = "10.161.0"
@@ -142,11 +156,30 @@ func TestKernelNATSBrokerByName(t *testing.T) {
 		node   = "nt-node"
 		want   = 100
 	)
-	started := time.Now()
 	l := newGWLab(t, ctx, subnet, gatewayemu.Options{HeartbeatInterval: 2 * time.Second, Shards: 2, MaxConcurrency: 2,
 		MessagesPerSecond: 20, ReplayLimit: 100000}, "--total-shards", "2", "--lease", "30s", "--no-events")
+	ca := newPeerCA(t, "dpxe nats test root", false)
+	dir := t.TempDir()
+	start := time.Now()
+	if _, err := image.Build(ctx, image.Options{Sources: kernel.Sources, OutDir: dir,
+		Trust: []image.TrustSource{{Name: "nats-test-root", PEM: ca.rootPEM}}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("image with the test anchor: %v", time.Since(start).Round(time.Millisecond))
+	l.kernel = filepath.Join(dir, image.KernelFile)
+	certDir := t.TempDir()
+	tlsConf := func(label, name string) string {
+		chain, key := writePEM(t, certDir, label, ca.leaf(t, name, time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour)))
+		return fmt.Sprintf("tls {cert_file: %q, key_file: %q, timeout: 10}\n", chain, key)
+	}
 	nodePass, testPass := "np-"+strconv.FormatInt(time.Now().UnixNano(), 36), "tp-"+strconv.FormatInt(time.Now().UnixNano()+1, 36)
-	nc := startNATSServer(t, ctx, l, subnet+".1:4222", [][2]string{{"tester", testPass}, {"node-" + node, nodePass}}, "")
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(ca.rootPEM)
+	secure := nats.Secure(&tls.Config{RootCAs: roots, ServerName: "broker.test", MinVersion: tls.VersionTLS13})
+	nc := startNATSServer(t, ctx, l, "tls://"+subnet+".1:4222", [][2]string{{"tester", testPass}, {"node-" + node, nodePass}},
+		tlsConf("broker", "broker.test"), secure)
+	startNATSServer(t, ctx, l, "tls://"+subnet+".1:4223", [][2]string{{"tester", testPass}},
+		tlsConf("wrong", "other.test"), nats.Secure(&tls.Config{RootCAs: roots, ServerName: "other.test"}))
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -154,37 +187,42 @@ func TestKernelNATSBrokerByName(t *testing.T) {
 	if _, err := events.EnsureStream(ctx, js, app, events.DefaultStreamLimits()); err != nil {
 		t.Fatal(err)
 	}
-	dns := startLabDNS(t, l.ns.Name, subnet+".1", 30, map[string][4]byte{"broker.test": {10, 161, 0, 1}})
+	bridge := [4]byte{10, 161, 0, 1}
+	dns := startLabDNS(t, l.ns.Name, subnet+".1", 30, map[string][4]byte{"broker.test": bridge, "wrong.test": bridge})
 	startDHCPOnly(t, ctx, l)
 	natsAccessProxy(t, l, subnet+".1:8081", appliance.NATSAccess{
-		URLs: []string{"nats://nowhere.test:4222", "nats://broker.test:4222"},
+		URLs: []string{"nats://nowhere.test:4222", "tls://wrong.test:4223", "tls://broker.test:4222"},
 		User: "node-" + node, Password: nodePass, App: app})
 	l.nodeController = "http://" + subnet + ".1:8081"
+	started := time.Now()
 	n := l.boot(node, "virtio-net-pci", 2)
 
 	for _, re := range []string{
 		`nats: nats://nowhere\.test:4222: DNS: no such name \(NXDOMAIN\); retrying in \d+ ms`,
+		`nats: tls://wrong\.test:4223: TLS refused: name_mismatch`,
 		`dns: broker\.test -> 10\.161\.0\.1 ttl 30s in \d+ ms`,
-		`nats: connected to nats://broker\.test:4222 \(10\.161\.0\.1\) as node-nt-node`,
+		`nats: tls://broker\.test:4222: TLS 1\.3 chain=2 name=broker\.test in \d+ ms`,
+		`nats: connected to tls://broker\.test:4222 \(10\.161\.0\.1\) as node-nt-node`,
 	} {
 		if n.serial.waitFor(regexp.MustCompile(re), 120*time.Second) == nil {
 			t.Fatalf("no console line %q", re)
 		}
 	}
-	t.Logf("connected by name %v after the start", time.Since(started).Round(time.Millisecond))
+	t.Logf("connected over TLS by name %v after the boot", time.Since(started).Round(time.Millisecond))
+	t.Logf("refusal: %s", lastLine(n.serial.String(), "TLS refused"))
 	if c, _ := dns.lookups("nowhere.test"); c < 1 {
 		t.Error("nowhere.test was never asked for")
 	}
 	l.allSessionsAt(want, 90*time.Second)
 	checkStreamHolds(t, ctx, l, js, app, want)
-	if n.serial.waitFor(regexp.MustCompile(`nats: up .* dns_refused [1-9]`), 15*time.Second) == nil {
-		t.Error("the status line does not count the name that did not resolve")
+	if n.serial.waitFor(regexp.MustCompile(`nats: up .* dns_refused [1-9]\d* tls_refused [1-9]`), 15*time.Second) == nil {
+		t.Error("the status line does not count the name that did not resolve and the refused certificate")
 	}
 	con := n.serial.String()
 	if strings.Contains(con, nodePass) || strings.Contains(con, testPass) {
 		t.Error("a NATS password is on the node's console")
 	}
-	t.Logf("nats lines:\n%s", grepLines(con, "nats: nats://"))
+	t.Logf("nats lines:\n%s", grepLines(con, "nats: "))
 }
 
 // startDHCPOnly runs dnsmasq as the lab's DHCP server only (--port=0),
