@@ -144,7 +144,9 @@ func startNATSServer(t *testing.T, ctx context.Context, l *gwLab, url string, us
 //     reaches it, the node carries on;
 //   - tls://broker.test:4222: INFO in clear, then TLS 1.3 (the chain and
 //     the name checked), CONNECT and every HPUB sealed: dispatches 1..100 of
-//     both sessions are in the stream once each with the emulator's bytes.
+//     both sessions are in the stream once each with the emulator's bytes;
+//     a worker's 12 KB commands (one record each, read in 4 KiB pieces) are
+//     refused too_large and an op 2 bad_op over the same connection.
 //
 // Neither password is on the console.
 func TestKernelNATSBrokerTLS(t *testing.T) {
@@ -215,6 +217,29 @@ func TestKernelNATSBrokerTLS(t *testing.T) {
 	}
 	l.allSessionsAt(want, 90*time.Second)
 	checkStreamHolds(t, ctx, l, js, app, want)
+	// Records larger than one read: a worker's 12 KB command arrives in
+	// one TLS record (crypto/tls has grown its records to 16 KiB by now)
+	// that the node reads in pieces of at most 4 KiB; it is refused for
+	// its size, and the connection goes on.
+	subj, err := events.CommandSubject(app, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := []byte(`{"op":3,"d":{"pad":"` + strings.Repeat("x", 12000) + `"}}`)
+	ask := func(body []byte, want string) {
+		t.Helper()
+		m, err := nc.Request(subj, body, 10*time.Second)
+		if err != nil {
+			t.Fatalf("a %d-byte command: %v", len(body), err)
+		}
+		if !strings.Contains(string(m.Data), want) {
+			t.Fatalf("a %d-byte command: reply %q, want %s", len(body), m.Data, want)
+		}
+	}
+	for i := 0; i < 3; i++ {
+		ask(big, "too_large")
+	}
+	ask([]byte(`{"op":2,"d":{}}`), "bad_op")
 	if n.serial.waitFor(regexp.MustCompile(`nats: up .* dns_refused [1-9]\d* tls_refused [1-9]`), 15*time.Second) == nil {
 		t.Error("the status line does not count the name that did not resolve and the refused certificate")
 	}
