@@ -31,19 +31,13 @@ import (
 	"github.com/discord-pxe/dpxe/tools/gatewayemu"
 )
 
-// natsAccessProxy is a reverse proxy in the namespace in front of the
-// lab's controller that puts access into every check-in answer's "nats"
-// member: the check-in answer of a controller whose nodes publish to a
-// broker of their own (here Debian's nats-server), by host name.
-func natsAccessProxy(t *testing.T, l *gwLab, addr string, access appliance.NATSAccess) {
+// checkinProxy is a reverse proxy in the namespace on addr in front of the
+// lab's controller that lets edit change every check-in answer (its
+// members, as JSON) before the node reads it. (kerneldns_test.go's
+// startTermProxy and kerneleventsskip_test.go write their own; they could
+// use this.)
+func checkinProxy(t *testing.T, l *gwLab, addr string, edit func(doc map[string]json.RawMessage)) {
 	t.Helper()
-	if err := access.Validate(); err != nil {
-		t.Fatalf("the access the proxy adds: %v", err)
-	}
-	member, err := json.Marshal(access)
-	if err != nil {
-		t.Fatal(err)
-	}
 	target, err := url.Parse(l.server)
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +59,7 @@ func natsAccessProxy(t *testing.T, l *gwLab, addr string, access appliance.NATSA
 		if err := json.Unmarshal(body, &doc); err != nil {
 			return err
 		}
-		doc["nats"] = member
+		edit(doc)
 		body, _ = json.Marshal(doc)
 		resp.Body = io.NopCloser(bytes.NewReader(body))
 		resp.ContentLength = int64(len(body))
@@ -79,6 +73,21 @@ func natsAccessProxy(t *testing.T, l *gwLab, addr string, access appliance.NATSA
 	srv := &http.Server{Handler: rp}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
+}
+
+// natsAccessProxy is a checkinProxy that puts access into every check-in
+// answer's "nats" member: the answer of a controller whose nodes publish
+// to a broker of their own (here Debian's nats-server), by host name.
+func natsAccessProxy(t *testing.T, l *gwLab, addr string, access appliance.NATSAccess) {
+	t.Helper()
+	if err := access.Validate(); err != nil {
+		t.Fatalf("the access the proxy adds: %v", err)
+	}
+	member, err := json.Marshal(access)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkinProxy(t, l, addr, func(doc map[string]json.RawMessage) { doc["nats"] = member })
 }
 
 // startNATSServer runs Debian's nats-server in the namespace with
