@@ -151,8 +151,9 @@ func startNATSServer(t *testing.T, ctx context.Context, l *gwLab, url string, us
 //     the same CA, names other.test: the handshake is refused with the
 //     kernel's reason (counted, tls_refused), no CONNECT (no password)
 //     reaches it, the node carries on;
-//   - tls://broker.test:4222: INFO in clear, then TLS 1.3 (the chain and
-//     the name checked), CONNECT and every HPUB sealed: dispatches 1..100 of
+//   - nats://broker.test:4222: its INFO (in clear) says tls_required, so
+//     the node speaks TLS 1.3 as for a tls:// URL (as nats.go does; the
+//     chain and the name checked), CONNECT and every HPUB sealed: dispatches 1..100 of
 //     both sessions are in the stream once each with the emulator's bytes;
 //     a worker's 12 KB commands (one record each, read in 4 KiB pieces) are
 //     refused too_large and an op 2 bad_op over the same connection.
@@ -202,7 +203,7 @@ func TestKernelNATSBrokerTLS(t *testing.T) {
 	dns := startLabDNS(t, l.ns.Name, subnet+".1", 30, map[string][4]byte{"broker.test": bridge, "wrong.test": bridge})
 	startDHCPOnly(t, ctx, l)
 	natsAccessProxy(t, l, subnet+".1:8081", appliance.NATSAccess{
-		URLs: []string{"nats://nowhere.test:4222", "tls://wrong.test:4223", "tls://broker.test:4222"},
+		URLs: []string{"nats://nowhere.test:4222", "tls://wrong.test:4223", "nats://broker.test:4222"},
 		User: "node-" + node, Password: nodePass, App: app})
 	l.nodeController = "http://" + subnet + ".1:8081"
 	started := time.Now()
@@ -212,8 +213,8 @@ func TestKernelNATSBrokerTLS(t *testing.T) {
 		`nats: nats://nowhere\.test:4222: DNS: no such name \(NXDOMAIN\); retrying in \d+ ms`,
 		`nats: tls://wrong\.test:4223: TLS refused: name_mismatch`,
 		`dns: broker\.test -> 10\.161\.0\.1 ttl 30s in \d+ ms`,
-		`nats: tls://broker\.test:4222: TLS 1\.3 chain=2 name=broker\.test in \d+ ms`,
-		`nats: connected to tls://broker\.test:4222 \(10\.161\.0\.1\) as node-nt-node`,
+		`nats: nats://broker\.test:4222: TLS 1\.3 chain=2 name=broker\.test in \d+ ms`,
+		`nats: connected to nats://broker\.test:4222 \(10\.161\.0\.1\) as node-nt-node`,
 	} {
 		if n.serial.waitFor(regexp.MustCompile(re), 120*time.Second) == nil {
 			t.Fatalf("no console line %q", re)
