@@ -233,8 +233,10 @@ func ValidateEventName(name string) error {
 const MaxNATSURLs = 8
 
 // Validate checks what the kernel's NATS client relies on: 1 to
-// MaxNATSURLs URLs nats://HOST:PORT (HOST a name or an IPv4 address, a
-// port 1..65535, nothing else), and user, password and app of 1 to 128
+// MaxNATSURLs URLs nats://HOST:PORT or tls://HOST:PORT (TLS 1.3, the
+// certificate checked against the image's anchors and HOST; HOST a name or
+// an IPv4 address, a port 1..65535, nothing else; what ParseNATSURL, the
+// kernel's parser, takes), and user, password and app of 1 to 128
 // visible ASCII bytes other than '"' and '\' (they go into CONNECT's JSON
 // and subjects unescaped). Errors are *FieldError naming the field.
 func (a *NATSAccess) Validate() error {
@@ -270,11 +272,14 @@ func (a *NATSAccess) Validate() error {
 func validNATSURL(u string) error {
 	rest, ok := strings.CutPrefix(u, "nats://")
 	if !ok {
-		return errors.New("want nats://HOST:PORT")
+		rest, ok = strings.CutPrefix(u, "tls://")
+	}
+	if !ok {
+		return errors.New("want nats://HOST:PORT or tls://HOST:PORT")
 	}
 	host, port, err := net.SplitHostPort(rest)
 	if err != nil || host == "" || strings.ContainsAny(host, "/?#@[]") {
-		return errors.New("want nats://HOST:PORT")
+		return errors.New("want nats://HOST:PORT or tls://HOST:PORT")
 	}
 	for i := 0; i < len(host); i++ {
 		if c := host[i]; !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-') {
@@ -284,6 +289,11 @@ func validNATSURL(u string) error {
 	p, err := strconv.ParseUint(port, 10, 16)
 	if err != nil || p == 0 || port[0] == '0' {
 		return errors.New("port: want 1..65535")
+	}
+	// What the kernel takes (ParseNATSURL): the host's length, the URL's;
+	// a loopback literal is only skipped by nodes (serve lists its own last).
+	if _, err := ParseNATSURL(u); err != nil && err != ErrNATSURLLoopback {
+		return err
 	}
 	return nil
 }

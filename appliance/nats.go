@@ -13,7 +13,7 @@ import (
 // control-line buffer, a header-block buffer and the first bytes of a body)
 // and hands out one operation at a time:
 //
-//	INFO {json}                      max_payload, headers, server_id
+//	INFO {json}                      max_payload, headers, tls_required, server_id
 //	PING, PONG, +OK
 //	-ERR 'reason'                    the reason, at most NATSErrMax bytes kept
 //	MSG <subject> <sid> [reply] <#bytes>
@@ -100,9 +100,10 @@ type NATSAck struct {
 type NATSOp struct {
 	Kind NATSOpKind
 	// INFO
-	MaxPayload uint64
-	Headers    bool
-	ServerID   string
+	MaxPayload  uint64
+	Headers     bool
+	TLSRequired bool // "tls_required":true: the server wants TLS after INFO
+	ServerID    string
 	// -ERR
 	Reason string
 	// MSG, HMSG
@@ -592,6 +593,8 @@ func (r *NATSReader) info(rest []byte) (*NATSOp, error) {
 			}
 		case "headers":
 			op.Headers = string(v) == "true"
+		case "tls_required":
+			op.TLSRequired = string(v) == "true"
 		case "server_id":
 			if s, ok := natsString(v, NATSServerIDMax); ok {
 				op.ServerID = s
@@ -688,6 +691,11 @@ func NATSRecordHash(ops []*NATSOp) uint64 {
 		case NATSInfo:
 			u64(op.MaxPayload)
 			if op.Headers {
+				b(1)
+			} else {
+				b(0)
+			}
+			if op.TLSRequired {
 				b(1)
 			} else {
 				b(0)

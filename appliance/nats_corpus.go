@@ -74,6 +74,8 @@ func NATSCorpus(seed int64) [][]byte {
 	add(`INFO {"max_payload":10}` + "\r\nMSG s 1 11\r\n")
 	add(`INFO {"max_payload":10}` + "\r\nMSG s 1 10\r\n0123456789\r\n")
 	add(`INFO {"max_payload":0,"headers":false}` + "\r\n")
+	add(`INFO {"headers":true,"tls_required":true,"max_payload":1048576}` + "\r\n")
+	add(`INFO {"tls_required":"true","a":{"tls_required":true}}` + "\r\n")
 	add(`INFO {"max_payload":"10","headers":"true","server_id":7}` + "\r\n")
 	add(`INFO {"a":{"max_payload":5},"b":[1,{"headers":true}],"server_id":"` + strings.Repeat("i", 64) + `"}` + "\r\n")
 	add(`INFO {"server_id":"` + strings.Repeat("i", 65) + `","max_payload":99999999999999999999}` + "\r\n")

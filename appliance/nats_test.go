@@ -217,7 +217,8 @@ func TestNATSAccessValidate(t *testing.T) {
 	}{
 		{func(a *NATSAccess) { a.URLs = nil }, "nats.urls"},
 		{func(a *NATSAccess) { a.URLs = make([]string, 9) }, "nats.urls"},
-		{func(a *NATSAccess) { a.URLs[1] = "tls://x:1" }, "nats.urls[1]"},
+		{func(a *NATSAccess) { a.URLs[1] = "tcp://x:1" }, "nats.urls[1]"},
+		{func(a *NATSAccess) { a.URLs[1] = "tls://x" }, "nats.urls[1]"},
 		{func(a *NATSAccess) { a.URLs[0] = "nats://x" }, "nats.urls[0]"},
 		{func(a *NATSAccess) { a.URLs[0] = "nats://x:0" }, "nats.urls[0]"},
 		{func(a *NATSAccess) { a.URLs[0] = "nats://u:p@x:1" }, "nats.urls[0]"},

@@ -42,7 +42,8 @@ const (
 // reference is the Go side of the differential self-tests: every digest
 // the kernel prints with selftest=1 for a seed, computed by the functions
 // the end-to-end tests compare with (appliance.SelfTestDigests and the
-// checksum, DHCP option, DNS, dial URL, TCP segment and lib digests).
+// checksum, DHCP option, DNS, dial URL, broker URL, TCP segment and lib
+// digests).
 type reference struct {
 	seed    uint32
 	names   []string // in the order they are reported
@@ -63,6 +64,7 @@ func newReference(seed uint32) *reference {
 	add("dhcpopt", appliance.DHCPOptionsDigest(seed))
 	add("dns", appliance.DNSDigest(seed))
 	add("gwurl", appliance.DialURLDigest(seed))
+	add("natsurl", appliance.NATSURLDigest(seed))
 	add("tcpseg", appliance.TCPSegmentDigest(seed))
 	lib := appliance.LibDigests(seed)
 	for _, n := range appliance.LibDigestNames {

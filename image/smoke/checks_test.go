@@ -36,11 +36,11 @@ func selfTestConsole(p Path, node string, ref *reference) string {
 
 func TestReferenceNames(t *testing.T) {
 	ref := newReference(testSeed)
-	want := len(appliance.SelfTestFormulas) + 5 + len(appliance.LibDigestNames)
+	want := len(appliance.SelfTestFormulas) + 6 + len(appliance.LibDigestNames)
 	if len(ref.names) != want || len(ref.digests) != want {
 		t.Fatalf("%d names, %d digests, want %d of each", len(ref.names), len(ref.digests), want)
 	}
-	for _, n := range []string{"bucket", "cksum", "dhcpopt", "dns", "gwurl", "tcpseg", "sha1", "wsupgrade"} {
+	for _, n := range []string{"bucket", "cksum", "dhcpopt", "dns", "gwurl", "natsurl", "tcpseg", "sha1", "wsupgrade"} {
 		if _, ok := ref.digests[n]; !ok {
 			t.Errorf("no %s digest", n)
 		}
