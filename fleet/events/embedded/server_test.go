@@ -1,6 +1,7 @@
 package embedded
 
 import (
+	"crypto/tls"
 	"errors"
 	"net"
 	"testing"
@@ -61,6 +62,8 @@ func TestStartRefusals(t *testing.T) {
 		{Listen: "127.0.0.1:99999", StoreDir: dir},
 		{StoreDir: dir, MaxPayload: 100},
 		{StoreDir: dir, MaxPayload: 65 << 20},
+		{StoreDir: dir, TLS: &tls.Config{Certificates: make([]tls.Certificate, 1)}}, // TLS without a listener
+		{Listen: "127.0.0.1:0", StoreDir: dir, TLS: &tls.Config{}},                  // TLS without a certificate
 	} {
 		if s, err := Start(c); !errors.Is(err, ErrServerConfig) {
 			if s != nil {
