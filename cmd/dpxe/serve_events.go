@@ -128,9 +128,9 @@ func applyEventsFlags(fs *flag.FlagSet, cfg *serveConfig) error {
 		case "nats-auth":
 			e.NATSAuth = f.auth
 		case "events-skip":
-			e.EventsSkip = splitSkip(f.skip)
+			e.EventsSkip = splitList(f.skip)
 		case "nats-node-url":
-			e.NATSNodeURLs = splitSkip(f.nodeURLs)
+			e.NATSNodeURLs = splitList(f.nodeURLs)
 		case "nats-tls-cert":
 			e.NATSTLSCert = f.tlsCert
 		case "nats-tls-key":
@@ -212,8 +212,9 @@ func validNodeURLs(urls []string) error {
 	return nil
 }
 
-// splitSkip splits --events-skip at commas; an empty value is none.
-func splitSkip(v string) []string {
+// splitList splits a comma-separated flag (--events-skip,
+// --nats-node-url) at commas; an empty value is none.
+func splitList(v string) []string {
 	if v == "" {
 		return nil
 	}
