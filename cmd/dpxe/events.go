@@ -48,8 +48,15 @@ func natsOptions(fs *flag.FlagSet) func(name string) ([]nats.Option, error) {
 	creds := fs.String("nats-creds", "", "NATS credentials file (.creds)")
 	user := fs.String("nats-user", "", "NATS user (with dpxe serve --nats-auth: worker-NAME)")
 	passFile := fs.String("nats-password-file", "", "file holding the NATS password (dpxe workers add writes one)")
+	ca := fs.String("nats-ca", "", "PEM file of the CA that signed the broker's certificate (dpxe serve --nats-tls-cert), trusted instead of the system's roots")
 	return func(name string) ([]nats.Option, error) {
 		opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1)}
+		if *ca != "" {
+			if _, err := os.Stat(*ca); err != nil {
+				return nil, fmt.Errorf("nats-ca: %w", err)
+			}
+			opts = append(opts, nats.RootCAs(*ca))
+		}
 		if *creds != "" {
 			opts = append(opts, nats.UserCredentials(*creds))
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/discord-pxe/dpxe/appliance"
 	"github.com/discord-pxe/dpxe/fleet/controller"
+	"github.com/discord-pxe/dpxe/fleet/ctlcert"
 	"github.com/discord-pxe/dpxe/fleet/events"
 	"github.com/discord-pxe/dpxe/fleet/events/embedded"
 	"github.com/discord-pxe/dpxe/fleet/events/natsauth"
@@ -45,6 +47,13 @@ type eventsConfig struct {
 	NATSAuth        bool     `json:"nats_auth"`
 	// EventsSkip names event types nodes do not publish (NATSAccess.Skip).
 	EventsSkip []string `json:"events_skip"`
+	// NATSNodeURLs, when set, are the broker URLs check-in answers give
+	// nodes, instead of the embedded server's listener addresses.
+	NATSNodeURLs []string `json:"nats_node_url"`
+	// NATSTLSCert and NATSTLSKey are the embedded server's TLS identity
+	// (PEM files); with them every client must speak TLS.
+	NATSTLSCert string `json:"nats_tls_cert"`
+	NATSTLSKey  string `json:"nats_tls_key"`
 }
 
 // defaultEventsApp is the app name in subjects when none is given.
@@ -59,6 +68,8 @@ var eventsFlags struct {
 	replicas                  int
 	auth                      bool
 	skip                      string
+	nodeURLs                  string
+	tlsCert, tlsKey           string
 }
 
 func init() {
@@ -79,6 +90,9 @@ func init() {
 			fs.IntVar(&f.replicas, "events-replicas", d.Replicas, "stream replicas (3 on a JetStream cluster)")
 			fs.StringVar(&f.skip, "events-skip", "", "comma-separated Discord event types nodes do not publish (TYPING_START,PRESENCE_UPDATE); they still count as acknowledged; sent with the nodes' broker access, so only with --nats-auth")
 			fs.BoolVar(&f.auth, "nats-auth", false, "the embedded NATS server requires credentials: nodes get their own shards' subjects, workers (dpxe workers add) commands and the stream; kept in "+natsauth.FileName+" beside --db")
+			fs.StringVar(&f.nodeURLs, "nats-node-url", "", "comma-separated broker URLs check-in answers give nodes, verbatim, instead of the embedded server's addresses (tls://broker.lan:4222): when nodes reach it by a DNS name or through TLS; needs --nats-auth")
+			fs.StringVar(&f.tlsCert, "nats-tls-cert", "", "PEM certificate chain of the embedded NATS server; with it every client must speak TLS (nodes check it against the image's trust anchors, docs/security.md)")
+			fs.StringVar(&f.tlsKey, "nats-tls-key", "", "PEM private key of --nats-tls-cert")
 		},
 		apply:  applyEventsFlags,
 		attach: attachEvents,
@@ -114,7 +128,13 @@ func applyEventsFlags(fs *flag.FlagSet, cfg *serveConfig) error {
 		case "nats-auth":
 			e.NATSAuth = f.auth
 		case "events-skip":
-			e.EventsSkip = splitSkip(f.skip)
+			e.EventsSkip = splitList(f.skip)
+		case "nats-node-url":
+			e.NATSNodeURLs = splitList(f.nodeURLs)
+		case "nats-tls-cert":
+			e.NATSTLSCert = f.tlsCert
+		case "nats-tls-key":
+			e.NATSTLSKey = f.tlsKey
 		}
 	})
 	d := events.DefaultStreamLimits()
@@ -162,11 +182,39 @@ func applyEventsFlags(fs *flag.FlagSet, cfg *serveConfig) error {
 	if err := validSkip(e.EventsSkip); err != nil {
 		return fmt.Errorf("%w: events-skip: %v", errUsage, err)
 	}
+	if (e.NATSTLSCert == "") != (e.NATSTLSKey == "") {
+		return fmt.Errorf("%w: nats-tls-cert and nats-tls-key go together", errUsage)
+	}
+	if e.NATSTLSCert != "" && e.NATSURL != "" {
+		return fmt.Errorf("%w: nats-tls-cert is for the embedded server (a cluster given with --nats-url has its own TLS)", errUsage)
+	}
+	if len(e.NATSNodeURLs) > 0 && !e.NATSAuth {
+		return fmt.Errorf("%w: nats-node-url needs --nats-auth (nodes get broker access only with it)", errUsage)
+	}
+	if err := validNodeURLs(e.NATSNodeURLs); err != nil {
+		return fmt.Errorf("%w: nats-node-url: %v", errUsage, err)
+	}
 	return nil
 }
 
-// splitSkip splits --events-skip at commas; an empty value is none.
-func splitSkip(v string) []string {
+// validNodeURLs checks --nats-node-url with the kernel's parser
+// (appliance.ParseNATSURL), so a URL nodes would skip stops dpxe serve at
+// start rather than leaving nodes without a broker.
+func validNodeURLs(urls []string) error {
+	if len(urls) > appliance.MaxNATSURLs {
+		return fmt.Errorf("%d URLs, want at most %d", len(urls), appliance.MaxNATSURLs)
+	}
+	for _, u := range urls {
+		if _, err := appliance.ParseNATSURL(u); err != nil {
+			return fmt.Errorf("%q: %v", redactURL(u), err)
+		}
+	}
+	return nil
+}
+
+// splitList splits a comma-separated flag (--events-skip,
+// --nats-node-url) at commas; an empty value is none.
+func splitList(v string) []string {
 	if v == "" {
 		return nil
 	}
@@ -312,6 +360,13 @@ func attachEvents(ctx context.Context, app *fleetApp, log *slog.Logger) (func(co
 		}
 		listen, relay := natsListen(e.NATSListen, e.NATSAuth, bootIP)
 		sc := embedded.ServerConfig{Listen: listen, Relay: relay, StoreDir: e.NATSStore, Log: log}
+		if e.NATSTLSCert != "" {
+			id, err := ctlcert.Load(e.NATSTLSCert, e.NATSTLSKey)
+			if err != nil {
+				return nil, fmt.Errorf("nats-tls-cert: %w", err)
+			}
+			sc.TLS = &tls.Config{Certificates: []tls.Certificate{id.Cert}, MinVersion: tls.VersionTLS12}
+		}
 		if e.NATSAuth {
 			if authFile, auth, err = natsAuthorizer(app, e.EventsApp); err != nil {
 				return nil, err
@@ -327,14 +382,17 @@ func attachEvents(ctx context.Context, app *fleetApp, log *slog.Logger) (func(co
 			return nil, err
 		}
 		where = srv.ClientURL()
+		scheme, _, _ := strings.Cut(where, "://") // tls with --nats-tls-cert: the relay is byte for byte
 		for _, a := range srv.RelayAddrs() {
-			relayed = append(relayed, "nats://"+a.String())
+			relayed = append(relayed, scheme+"://"+a.String())
 		}
 		if authFile != nil {
 			// Nodes get their broker URLs and credentials with their
 			// check-in answers (never logged).
 			urls := nodeNATSURLs(srv.Addr(), bootIP)
-			if why := natsUnreachable(urls, srv.Addr().String()); why != "" && bootIP.IsValid() {
+			if len(e.NATSNodeURLs) > 0 {
+				urls = e.NATSNodeURLs
+			} else if why := natsUnreachable(urls, srv.Addr().String()); why != "" && bootIP.IsValid() {
 				log.Warn("nats-auth: " + why)
 			}
 			if len(urls) == 0 {
@@ -365,6 +423,9 @@ func attachEvents(ctx context.Context, app *fleetApp, log *slog.Logger) (func(co
 		"subjects", st.CachedInfo().Config.Subjects[0], "duplicate_window", time.Duration(e.EventsDupWindow), "auth", e.NATSAuth}
 	if len(relayed) > 0 {
 		attrs = append(attrs, "relayed_from", strings.Join(relayed, ","))
+	}
+	if len(e.NATSNodeURLs) > 0 && srv != nil && e.NATSAuth {
+		attrs = append(attrs, "node_urls", strings.Join(e.NATSNodeURLs, ","))
 	}
 	log.Info("events", attrs...)
 	return func(ctx context.Context) error {

@@ -94,7 +94,11 @@ func (c serveConfig) tlsOn() bool { return c.TLSListen != "" || c.TLSCert != "" 
 // addresses and the boot interface's address.
 func loadIdentity(cfg serveConfig, now time.Time) (*ctlcert.Identity, error) {
 	if cfg.TLSCert != "" {
-		return ctlcert.Load(cfg.TLSCert, cfg.TLSKey)
+		id, err := ctlcert.Load(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			return nil, fmt.Errorf("tls-cert: %w", err)
+		}
+		return id, nil
 	}
 	addrs := []string{cfg.Listen}
 	if cfg.TLSListen != "" {

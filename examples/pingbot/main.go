@@ -47,9 +47,13 @@ func main() {
 	app := flag.String("app", "bot", "the app name in subjects (dpxe serve --events-app)")
 	service := flag.String("service", "pingbot", "the durable consumer this bot reads with")
 	caFile := flag.String("ca-file", "", "PEM file of CA certificates to trust for -api besides the system's (make run's Gateway emulator CA)")
+	natsCA := flag.String("nats-ca", "", "PEM file of the CA that signed the NATS server's certificate (dpxe serve --nats-tls-cert)")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	opts := []nats.Option{nats.Name("pingbot"), nats.MaxReconnects(-1)}
+	if *natsCA != "" {
+		opts = append(opts, nats.RootCAs(*natsCA)) // checked at Connect: a bad file stops pingbot there
+	}
 	if *creds != "" {
 		opts = append(opts, nats.UserCredentials(*creds))
 	}

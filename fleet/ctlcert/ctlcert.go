@@ -91,15 +91,16 @@ func PinSPKI(spki []byte) string {
 }
 
 // Load reads an operator's certificate chain and key (PEM files, as
-// --tls-cert and --tls-key give them).
+// --tls-cert and --tls-key, or --nats-tls-cert and --nats-tls-key, give
+// them); its errors name the files, the caller the flags.
 func Load(certFile, keyFile string) (*Identity, error) {
 	c, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
-		return nil, fmt.Errorf("--tls-cert %s / --tls-key %s: %w", certFile, keyFile, err)
+		return nil, fmt.Errorf("certificate %s / key %s: %w", certFile, keyFile, err)
 	}
 	leaf, err := x509.ParseCertificate(c.Certificate[0])
 	if err != nil {
-		return nil, fmt.Errorf("--tls-cert %s: %w", certFile, err)
+		return nil, fmt.Errorf("certificate %s: %w", certFile, err)
 	}
 	c.Leaf = leaf
 	return &Identity{Cert: c, Leaf: leaf, Pin: Pin(leaf)}, nil

@@ -167,7 +167,7 @@ func TestLoadOperatorFiles(t *testing.T) {
 	if got.Pin != id.Pin {
 		t.Fatalf("pin %s, want %s", got.Pin, id.Pin)
 	}
-	if _, err := Load(filepath.Join(dir, "missing.crt"), filepath.Join(dir, KeyFile)); err == nil || !strings.Contains(err.Error(), "--tls-cert") {
+	if _, err := Load(filepath.Join(dir, "missing.crt"), filepath.Join(dir, KeyFile)); err == nil || !strings.Contains(err.Error(), "missing.crt") {
 		t.Fatalf("missing file: %v", err)
 	}
 }

@@ -6,6 +6,7 @@
 package embedded
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -31,6 +32,10 @@ const (
 	// embeddedMaxMemory bounds JetStream memory storage; the event stream
 	// uses files, so this only serves what workers might add.
 	embeddedMaxMemory = 64 << 20
+	// tlsHandshakeTimeout bounds a client's TLS handshake (the server's
+	// default is 2 s): a kernel node under QEMU's TCG checks the chain and
+	// signs its key share in software, far slower than a Go client.
+	tlsHandshakeTimeout = 15 * time.Second
 )
 
 // ErrServerConfig means the embedded server's settings are wrong; wrapped
@@ -60,6 +65,12 @@ type ServerConfig struct {
 	// permission. In-process connections (Connect) always have every
 	// permission.
 	Auth Authorizer
+	// TLS, if set, is the listener's TLS identity (Certificates), and
+	// every client over TCP must speak TLS: INFO says tls_required and a
+	// client that sends anything else is cut. Relayed connections are
+	// joined byte for byte, so their clients speak TLS too. In-process
+	// connections (Connect) need none.
+	TLS *tls.Config
 }
 
 // Server is a running embedded NATS server with JetStream. Its methods are
@@ -112,6 +123,17 @@ func Start(cfg ServerConfig) (*Server, error) {
 		if p == 0 {
 			opts.Port = server.RANDOM_PORT // 0 would mean 4222 to the server
 		}
+	}
+	if cfg.TLS != nil {
+		if cfg.Listen == "" {
+			return nil, fmt.Errorf("tls: needs a listen address: %w", ErrServerConfig)
+		}
+		if len(cfg.TLS.Certificates) == 0 && cfg.TLS.GetCertificate == nil {
+			return nil, fmt.Errorf("tls: no certificate: %w", ErrServerConfig)
+		}
+		opts.TLS = true
+		opts.TLSConfig = cfg.TLS
+		opts.TLSTimeout = tlsHandshakeTimeout.Seconds()
 	}
 	var adminPass string
 	if cfg.Auth != nil {
@@ -170,7 +192,8 @@ func (s *Server) RelayAddrs() []net.Addr {
 	return out
 }
 
-// ClientURL is the nats:// URL of the TCP listener, or "" without one.
+// ClientURL is the URL of the TCP listener, or "" without one: nats://,
+// or tls:// when ServerConfig.TLS is set.
 func (s *Server) ClientURL() string {
 	if s.srv.Addr() == nil {
 		return ""

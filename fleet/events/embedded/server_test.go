@@ -1,12 +1,18 @@
 package embedded
 
 import (
+	"bufio"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/discord-pxe/dpxe/fleet/ctlcert"
 )
 
 func TestStartListensAndConnects(t *testing.T) {
@@ -61,6 +67,8 @@ func TestStartRefusals(t *testing.T) {
 		{Listen: "127.0.0.1:99999", StoreDir: dir},
 		{StoreDir: dir, MaxPayload: 100},
 		{StoreDir: dir, MaxPayload: 65 << 20},
+		{StoreDir: dir, TLS: &tls.Config{Certificates: make([]tls.Certificate, 1)}}, // TLS without a listener
+		{Listen: "127.0.0.1:0", StoreDir: dir, TLS: &tls.Config{}},                  // TLS without a certificate
 	} {
 		if s, err := Start(c); !errors.Is(err, ErrServerConfig) {
 			if s != nil {
@@ -137,5 +145,62 @@ func TestStartRelay(t *testing.T) {
 	if c, err := net.DialTimeout("tcp", ra[0].String(), time.Second); err == nil {
 		c.Close()
 		t.Error("the relay still accepts after Shutdown")
+	}
+}
+
+// TestStartTLS: with ServerConfig.TLS every TCP client speaks TLS, on the
+// listener and through a relay (joined byte for byte, the certificate
+// checked against the relay's address); INFO in clear says tls_required,
+// and a CONNECT in clear is cut unanswered; in-process connections need
+// no TLS.
+func TestStartTLS(t *testing.T) {
+	id, err := ctlcert.LoadOrCreate(t.TempDir(), []string{"127.0.0.1"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Start(ServerConfig{Listen: "127.0.0.1:0", Relay: []string{"127.0.0.1:0"}, StoreDir: t.TempDir(),
+		TLS: &tls.Config{Certificates: []tls.Certificate{id.Cert}, MinVersion: tls.VersionTLS12}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown()
+	if !strings.HasPrefix(s.ClientURL(), "tls://") {
+		t.Errorf("ClientURL %q, want tls://", s.ClientURL())
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(id.Leaf)
+	for _, addr := range []string{s.Addr().String(), s.RelayAddrs()[0].String()} {
+		nc, err := nats.Connect("nats://"+addr, nats.Secure(&tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}),
+			nats.Timeout(5*time.Second), nats.MaxReconnects(0))
+		if err != nil {
+			t.Fatalf("TLS client on %s: %v", addr, err)
+		}
+		if _, err := nc.Request("$JS.API.INFO", nil, 5*time.Second); err != nil {
+			t.Errorf("JetStream over TLS on %s: %v", addr, err)
+		}
+		nc.Close()
+
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		br := bufio.NewReader(c)
+		if info, err := br.ReadString('\n'); err != nil || !strings.Contains(info, `"tls_required":true`) {
+			t.Errorf("INFO on %s: %q %v, want tls_required", addr, info, err)
+		}
+		c.Write([]byte("CONNECT {\"verbose\":false}\r\nPING\r\n"))
+		if rest, err := br.ReadString('\n'); err == nil && strings.HasPrefix(rest, "PONG") {
+			t.Errorf("a plaintext client on %s was answered", addr)
+		}
+		c.Close()
+	}
+	nc, err := s.Connect()
+	if err != nil {
+		t.Fatalf("in process under TLS: %v", err)
+	}
+	defer nc.Close()
+	if _, err := nc.Request("$JS.API.INFO", nil, 5*time.Second); err != nil {
+		t.Errorf("JetStream in process: %v", err)
 	}
 }
