@@ -44,6 +44,13 @@ const (
 	MaxReadyUnavailableGuilds = 1 << 20
 	// MaxGuildMembers bounds Options.GuildMembers.
 	MaxGuildMembers = 1 << 22
+	// MinMessageBytes and MaxMessageBytes bound a non-zero
+	// Options.MessageBytes: an unpadded synthetic MESSAGE_CREATE frame is
+	// about 490 bytes, so a smaller size could not be met, and 64 KiB is
+	// well above a real message's (4,000 characters of content and 6,000
+	// of embeds).
+	MinMessageBytes = 512
+	MaxMessageBytes = 64 << 10
 )
 
 // ErrBadOptions wraps every option validation failure.
@@ -90,6 +97,15 @@ type Options struct {
 	// MessagesPerSecond is the rate of synthetic MESSAGE_CREATE dispatches per
 	// ready session (0 = none).
 	MessagesPerSecond float64
+	// MessageBytes, when not 0, pads each synthetic MESSAGE_CREATE's
+	// content so that its op-0 frame ({"op":0,"d":{...},"s":N,"t":...},
+	// the JSON text a client reads after inflating, which the kernel
+	// publishes unchanged as the event's body) is MessageBytes long, give
+	// or take the digits of its sequence number (the padding assumes a
+	// 4-digit s: within 3 bytes while s < 10^7). A "!ping" (PingEvery)
+	// keeps its content and is not padded. 0 keeps the unpadded frame
+	// (about 490 bytes); otherwise MinMessageBytes..MaxMessageBytes.
+	MessageBytes int
 	// PingEvery makes every PingEvery-th synthetic MESSAGE_CREATE of a
 	// session a guild message with content "!ping" (0 = none), recorded
 	// in the REST record's pings.
@@ -274,6 +290,8 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("%w: ping every %d (0 or more), REST message limit %d per %v (at least 1 per 1ms)", ErrBadOptions, o.PingEvery, o.RESTMessageLimit, o.RESTMessageWindow)
 	case o.MessagesPerSecond < 0:
 		return o, fmt.Errorf("%w: messages per second %v < 0", ErrBadOptions, o.MessagesPerSecond)
+	case o.MessageBytes != 0 && (o.MessageBytes < MinMessageBytes || o.MessageBytes > MaxMessageBytes):
+		return o, fmt.Errorf("%w: message bytes %d: 0 (unpadded) or %d..%d", ErrBadOptions, o.MessageBytes, MinMessageBytes, MaxMessageBytes)
 	case o.ResumeTimeout < 0 || o.ReconnectGrace < 0 || o.SendWindow < 0:
 		return o, fmt.Errorf("%w: negative duration", ErrBadOptions)
 	case o.ReplayLimit < 1 || o.SendLimit < 1:

@@ -257,7 +257,43 @@ func (e *Emulator) runMessages(s *session) {
 		if e.opts.PingEvery > 0 && g != 0 && n%uint64(e.opts.PingEvery) == 0 {
 			d["content"] = PingContent
 			e.notePing(s, d)
+		} else if e.opts.MessageBytes > 0 {
+			padMessage(d, e.opts.MessageBytes, e.msgSeq.Load())
 		}
 		e.dispatch(s, "MESSAGE_CREATE", d)
 	}
+}
+
+// messageFrameOverhead is what the op-0 frame of a MESSAGE_CREATE adds to
+// its `d` with a 4-digit sequence number (outPayload's field order).
+const messageFrameOverhead = len(`{"op":0,"d":,"s":1234,"t":"MESSAGE_CREATE"}`)
+
+// padWords are the words padMessage writes: text that deflate shrinks
+// about as much as a chat message, not a run of one byte that
+// zlib-stream would send as a few bytes.
+var padWords = [...]string{"the", "shard", "node", "sends", "every", "event", "to", "a",
+	"stream", "and", "waits", "for", "its", "ack", "before", "reading", "more", "guild",
+	"channel", "message", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "again",
+	"today", "tomorrow", "maybe", "never"}
+
+// padMessage appends words to d's content so that the MESSAGE_CREATE
+// frame carrying d is about frame bytes long (Options.MessageBytes); n
+// seeds the choice of words. A d already as long is left as is.
+func padMessage(d map[string]any, frame int, n uint64) {
+	b, err := json.Marshal(d)
+	if err != nil {
+		return
+	}
+	need := frame - messageFrameOverhead - len(b)
+	if need <= 0 {
+		return
+	}
+	content, _ := d["content"].(string)
+	pad := make([]byte, 0, need+16)
+	for x := n; len(pad) < need; {
+		x = mix64(x)
+		pad = append(pad, ' ')
+		pad = append(pad, padWords[x%uint64(len(padWords))]...)
+	}
+	d["content"] = content + string(pad[:need]) // ASCII letters and spaces: no JSON escapes
 }

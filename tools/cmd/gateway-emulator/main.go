@@ -75,6 +75,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&o.KeepTokenOnExhaust, "keep-token", false, "keep the token valid after the budget is exceeded")
 	fs.IntVar(&o.Guilds, "guilds", gatewayemu.DefaultGuilds, "number of synthetic guilds")
 	fs.Float64Var(&o.MessagesPerSecond, "message-rate", 0, "synthetic MESSAGE_CREATE per second per ready session")
+	fs.IntVar(&o.MessageBytes, "message-bytes", 0, "pad each synthetic MESSAGE_CREATE so that its op-0 frame is about N bytes (0: unpadded, about 490)")
 	fs.IntVar(&o.PingEvery, "ping-every", 0, "make every N-th synthetic guild MESSAGE_CREATE of a session a \"!ping\" (0 = none)")
 	fs.IntVar(&o.RESTMessageLimit, "rest-message-limit", gatewayemu.DefaultRESTMessageLimit, "messages per channel per -rest-message-window through POST /channels/{id}/messages; more get 429")
 	fs.DurationVar(&o.RESTMessageWindow, "rest-message-window", gatewayemu.DefaultRESTMessageWindow, "window of -rest-message-limit")

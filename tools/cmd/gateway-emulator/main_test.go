@@ -31,11 +31,11 @@ func TestParseFlags(t *testing.T) {
 		}},
 		{"all knobs", []string{"-listen", "127.0.0.1:0", "-token", "t", "-shards", "32", "-max-concurrency", "16",
 			"-identify-window", "1s", "-heartbeat-interval", "2s", "-budget", "20", "-guilds", "100",
-			"-message-rate", "2.5", "-tls", "-ca-out", "/tmp/x.pem", "-log-level", "debug"}, true, func(c config) bool {
+			"-message-rate", "2.5", "-message-bytes", "1024", "-tls", "-ca-out", "/tmp/x.pem", "-log-level", "debug"}, true, func(c config) bool {
 			o := c.opts
 			return o.Token == "t" && o.Shards == 32 && o.MaxConcurrency == 16 && o.IdentifyWindow == time.Second &&
 				o.HeartbeatInterval == 2*time.Second && o.SessionStarts == 20 && o.Guilds == 100 &&
-				o.MessagesPerSecond == 2.5 && o.TLS && c.caOut == "/tmp/x.pem"
+				o.MessagesPerSecond == 2.5 && o.MessageBytes == 1024 && o.TLS && c.caOut == "/tmp/x.pem"
 		}},
 		{"shapes and hosts", []string{"-public-host", "gateway.discord.gg", "-resume-host", "gateway-us-east1-b.discord.gg",
 			"-resume-unavailable", "2", "-seed", "7", "-ready-unavailable-guilds", "4600", "-guild-create-bytes", "8MiB, 64KiB,3000",
