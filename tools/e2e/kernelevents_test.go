@@ -566,12 +566,10 @@ func BenchmarkKernelEventsDelivery(b *testing.B) {
 // (gatewayemu.Options.MessageBytes 1024: the op-0 frame as the node reads
 // it after zlib-stream, which it publishes unchanged as the event's body).
 //
-// The emulator is asked for 40 MESSAGE_CREATE/s per session, 5,120/s per
-// node: above what the 2-shard benchmark saw a node take (about 2,700
-// events/s of 490-byte frames with idle to spare, 1,450 with delivery on
-// and idle 0 %; at 16 shards, 640 events/s of 1 KiB frames left it idle
-// 82 % off and 68 % on: ceilings near 3,500 and 2,000), so the node, not
-// the load, is the limit in both runs. Each session's generator is one goroutine with a ticker at 25 ms, and a
+// The emulator is asked for 15 MESSAGE_CREATE/s per session, 1,920/s per
+// node (DPXE_BENCH_RATE; at 40/s the cold start never completed, see
+// docs/events.md for the measured runs). Each session's generator is one
+// goroutine with a ticker, and a
 // write the node does not take blocks it (ticks meanwhile are dropped), so
 // the emulator makes only what the node reads: it does not burn the
 // host's CPU on messages nobody takes, as 128 sessions at thousands per
@@ -608,10 +606,21 @@ func BenchmarkKernelEventsDelivery128(b *testing.B) {
 		}
 		shards = n
 	}
+	// MESSAGE_CREATE/s asked per session. At 40/s (5,120/s per node) the
+	// first READY shards' messages starved the rest of the cold start: acks
+	// read up to 4.9 s late, zombie resets, and 128 shards never all READY
+	// (2026-12-02, quiet machine). DPXE_BENCH_RATE=N asks for another rate.
+	perSession := 15.0
+	if v := os.Getenv("DPXE_BENCH_RATE"); v != "" {
+		r, err := strconv.ParseFloat(v, 64)
+		if err != nil || r <= 0 || r > 4000 {
+			b.Fatalf("DPXE_BENCH_RATE=%q: want a rate in (0, 4000] per session", v)
+		}
+		perSession = r
+	}
 	const (
-		perSession = 40   // MESSAGE_CREATE/s asked per session (see above)
-		light      = 2    // per session, for the unsaturated latency
-		frame      = 1024 // bytes of each MESSAGE_CREATE's op-0 frame
+		light = 2    // per session, for the unsaturated latency
+		frame = 1024 // bytes of each MESSAGE_CREATE's op-0 frame
 	)
 	chunks, chunk := kernelEquate(b, "NN_CHUNKS"), kernelEquate(b, "NN_CHUNK")
 	pool := chunks * chunk
