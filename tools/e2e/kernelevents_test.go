@@ -783,8 +783,12 @@ func deliveryRate(b *testing.B, r deliveryRun) deliveryFigures {
 	if len(idle) > 0 {
 		idle = idle[len(idle)-1:] // the node's share of passes with nothing to do: near 0 when it is the limit
 	}
-	b.Logf("delivery on=%v, %d shards at %.0f/s per session, %d-byte frames: %.0f events/s per node (%d in %v; per session %d..%d), node %v; %s",
-		r.on, shards, r.rate, r.bytes, rate, n, t1.Sub(t0).Round(time.Millisecond), lo, hi, idle, lastLine(con, "nats: up"))
+	frames := "unpadded (about 490-byte)"
+	if r.bytes > 0 {
+		frames = fmt.Sprintf("%d-byte", r.bytes)
+	}
+	b.Logf("delivery on=%v, %d shards at %.0f/s per session, %s frames: %.0f events/s per node (%d in %v; per session %d..%d), node %v; %s",
+		r.on, shards, r.rate, frames, rate, n, t1.Sub(t0).Round(time.Millisecond), lo, hi, idle, lastLine(con, "nats: up"))
 	if strings.Contains(con, "not published") || strings.Contains(con, "not staged") {
 		b.Logf("%s", grepLines(con, "not "))
 	}
