@@ -2,9 +2,7 @@ package lab
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -12,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/discord-pxe/dpxe/internal/tcprelay"
 	"golang.org/x/sys/unix"
 )
 
@@ -100,102 +99,22 @@ func (d *nsDialer) Close() { d.once.Do(func() { close(d.stop) }) }
 // fixed address inside the lab's namespace: this is how the dashboard and
 // the API of a `dpxe serve` running in the namespace appear on the host's
 // 127.0.0.1:8080. It lives in the lab process and ends with it.
-type forwarder struct {
-	ln     net.Listener
-	target string
-	dial   func(ctx context.Context, network, addr string) (net.Conn, error)
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
-	closed bool
-}
+type forwarder struct{ *tcprelay.Relay }
 
 // listenForward listens on host (failing at once if the port is taken).
 func listenForward(host string) (*forwarder, error) {
-	ln, err := net.Listen("tcp", host)
+	r, err := tcprelay.Listen(host)
 	if err != nil {
 		return nil, err
 	}
-	return &forwarder{ln: ln, conns: map[net.Conn]struct{}{}}, nil
+	return &forwarder{r}, nil
 }
 
 // Addr is the host address actually listened on (port 0 resolved).
-func (f *forwarder) Addr() string { return f.ln.Addr().String() }
+func (f *forwarder) Addr() string { return f.Relay.Addr().String() }
 
-// serve relays connections to target until Close.
+// serve relays connections to target, dialled with dial (from inside the
+// namespace), until Close.
 func (f *forwarder) serve(target string, dial func(ctx context.Context, network, addr string) (net.Conn, error)) {
-	f.target, f.dial = target, dial
-	f.wg.Add(1)
-	go func() {
-		defer f.wg.Done()
-		for {
-			c, err := f.ln.Accept()
-			if err != nil {
-				return
-			}
-			f.wg.Add(1)
-			go func() {
-				defer f.wg.Done()
-				f.relay(c)
-			}()
-		}
-	}()
-}
-
-func (f *forwarder) track(c net.Conn, add bool) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if add {
-		if f.closed {
-			return false
-		}
-		f.conns[c] = struct{}{}
-	} else {
-		delete(f.conns, c)
-	}
-	return true
-}
-
-func (f *forwarder) relay(c net.Conn) {
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	up, err := f.dial(ctx, "tcp", f.target)
-	cancel()
-	if err != nil {
-		return
-	}
-	defer up.Close()
-	if !f.track(c, true) || !f.track(up, true) {
-		return
-	}
-	defer f.track(c, false)
-	defer f.track(up, false)
-	done := make(chan struct{}, 2)
-	pipe := func(dst, src net.Conn) {
-		io.Copy(dst, src)
-		if tc, ok := dst.(*net.TCPConn); ok {
-			tc.CloseWrite()
-		}
-		done <- struct{}{}
-	}
-	go pipe(up, c)
-	go pipe(c, up)
-	<-done
-	<-done
-}
-
-// Close stops listening and cuts every relayed connection.
-func (f *forwarder) Close() error {
-	err := f.ln.Close()
-	f.mu.Lock()
-	f.closed = true
-	for c := range f.conns {
-		c.Close()
-	}
-	f.mu.Unlock()
-	f.wg.Wait()
-	if errors.Is(err, net.ErrClosed) {
-		err = nil
-	}
-	return err
+	f.Serve(target, dial)
 }

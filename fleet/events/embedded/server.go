@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/discord-pxe/dpxe/internal/tcprelay"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 )
@@ -77,8 +78,11 @@ type ServerConfig struct {
 // safe for concurrent use.
 type Server struct {
 	srv       *server.Server
-	adminPass string   // with Auth: Connect's password
-	relays    []*relay // ServerConfig.Relay
+	adminPass string // with Auth: Connect's password
+	// relays join connections on ServerConfig.Relay's addresses byte for
+	// byte to the listener (the NATS server has one client listener); the
+	// server sees such a client as coming from the listener's address.
+	relays []*tcprelay.Relay
 }
 
 // Start starts an embedded NATS server with JetStream on a file
@@ -172,11 +176,12 @@ func Start(cfg ServerConfig) (*Server, error) {
 	}
 	s := &Server{srv: srv, adminPass: adminPass}
 	for _, addr := range cfg.Relay {
-		r, err := listenRelay(addr, srv.Addr().String())
+		r, err := tcprelay.Listen(addr)
 		if err != nil {
 			s.Shutdown()
 			return nil, fmt.Errorf("embedded NATS: relay %s: %w", addr, err)
 		}
+		r.Serve(srv.Addr().String(), nil)
 		s.relays = append(s.relays, r)
 	}
 	return s, nil
@@ -187,7 +192,7 @@ func Start(cfg ServerConfig) (*Server, error) {
 func (s *Server) RelayAddrs() []net.Addr {
 	var out []net.Addr
 	for _, r := range s.relays {
-		out = append(out, r.ln.Addr())
+		out = append(out, r.Addr())
 	}
 	return out
 }
@@ -217,7 +222,7 @@ func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
 // is closed, so a new server on the same directory recovers the stream.
 func (s *Server) Shutdown() {
 	for _, r := range s.relays {
-		r.close()
+		r.Close()
 	}
 	s.srv.Shutdown()
 	s.srv.WaitForShutdown()
