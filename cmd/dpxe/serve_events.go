@@ -389,11 +389,12 @@ func attachEvents(ctx context.Context, app *fleetApp, log *slog.Logger) (func(co
 		if authFile != nil {
 			// Nodes get their broker URLs and credentials with their
 			// check-in answers (never logged).
-			urls := nodeNATSURLs(srv.Addr(), bootIP)
-			if len(e.NATSNodeURLs) > 0 {
-				urls = e.NATSNodeURLs
-			} else if why := natsUnreachable(urls, srv.Addr().String()); why != "" && bootIP.IsValid() {
-				log.Warn("nats-auth: " + why)
+			urls := e.NATSNodeURLs
+			if len(urls) == 0 {
+				urls = nodeNATSURLs(srv.Addr(), bootIP)
+				if why := natsUnreachable(urls, srv.Addr().String()); why != "" && bootIP.IsValid() {
+					log.Warn("nats-auth: " + why)
+				}
 			}
 			if len(urls) == 0 {
 				log.Warn("nats-auth: no address nodes could reach the embedded server at; check-in answers carry no NATS access", "nats", where)
