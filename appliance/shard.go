@@ -214,7 +214,7 @@ func (r *ShardRuntime) ExpireLease() {
 const SelfTestCases = 4096
 
 // SelfTestFormulas names the digests in the order the kernel prints them.
-var SelfTestFormulas = []string{"bucket", "heartbeat", "ack", "ready", "backoff", "resume", "lease", "route", "grant", "capacity", "ping", "budget", "tsccal", "ctlswitch", "rfc3339", "ttime"}
+var SelfTestFormulas = []string{"bucket", "heartbeat", "ack", "ready", "backoff", "resume", "lease", "route", "grant", "capacity", "ping", "budget", "tsccal", "ctlswitch", "rfc3339", "ttime", "handover"}
 
 // splitmix64 is the PRNG both sides implement (Steele, Lea, Flood 2014).
 type splitmix64 struct{ state uint64 }
@@ -456,6 +456,23 @@ func SelfTestDigests(seed uint32) map[string]uint64 {
 			perMS = 0 // uncalibrated
 		}
 		d.add(TrustedNowSeconds(timeMS, cycles, perMS))
+	})
+	run("handover", func(d *digest) {
+		r1, r2 := rng.next(), rng.next()
+		received := uint32(r1) >> ((r2 >> 16) & 31)
+		k := uint32(r2>>8) & 0xFF
+		var first uint32
+		switch (r2 >> 1) & 3 {
+		case 0:
+			first = uint32(r1 >> 32)
+		case 1: // at or below the sequence received
+			first = received + 1 - k
+		case 2: // the session's first dispatch, or 0
+			first = uint32(r2>>10) & 1
+		case 3: // above it (an older session's)
+			first = received + 1 + k
+		}
+		d.add32(HandoverSeq(received, r2&1 != 0, first))
 	})
 	return out
 }

@@ -446,6 +446,7 @@ func attachEvents(ctx context.Context, app *fleetApp, log *slog.Logger) (func(co
 			case <-ctx.Done():
 				return nil
 			case <-tick.C:
+			case <-app.controller.PlanChanges():
 			}
 			if users, err := auth.Sweep(srv); err != nil {
 				log.Warn("nats-auth: listing connections", "err", err)
@@ -460,7 +461,7 @@ func attachEvents(ctx context.Context, app *fleetApp, log *slog.Logger) (func(co
 // may connect while the controller has it live, with the shards of its
 // range; workers with the tokens `dpxe workers add` made.
 // natsSweepEvery is how often serve disconnects NATS clients whose
-// permissions changed.
+// permissions changed (and at once when the plan changes).
 const natsSweepEvery = 2 * time.Second
 
 func natsAuthorizer(app *fleetApp, eventsApp string) (*natsauth.File, *natsauth.Authorizer, error) {

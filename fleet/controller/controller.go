@@ -241,8 +241,11 @@ type Controller struct {
 	ha            haState    // replicas (ha.go)
 	leases        leaseQueue // check-ins' lease renewals awaiting their group commit (ha.go)
 
-	onLive   func(nodeID, addr string)        // see OnNodeLive; guarded by mu
-	onCommit func(d time.Duration, err error) // see OnCommit; guarded by mu
+	onLive func(nodeID, addr string) // see OnNodeLive; guarded by mu
+	// planChanged is signalled, never blocking, when a rebalance
+	// changes the plan (PlanChanges).
+	planChanged chan struct{}
+	onCommit    func(d time.Duration, err error) // see OnCommit; guarded by mu
 
 	flushMu    sync.Mutex // serialises flushes; taken before mu
 	flushedSeq uint64     // highest durable sequence committed; guarded by mu
@@ -299,15 +302,16 @@ func (c *Controller) loadDetail(restored int) string {
 // lease from now and the grace.
 func load(ctx context.Context, st *store.Store, cfg Config, now func() time.Time, log *slog.Logger, leases bool) (*Controller, int, error) {
 	c := &Controller{
-		cfg:       cfg,
-		now:       now,
-		st:        st,
-		log:       log,
-		nodes:     map[string]*node{},
-		holder:    make([]*node, cfg.TotalShards),
-		grantGen:  make([]uint64, cfg.TotalShards),
-		lastGrant: make([]time.Time, cfg.MaxConcurrency),
-		answering: make([]int, cfg.MaxConcurrency),
+		planChanged: make(chan struct{}, 1),
+		cfg:         cfg,
+		now:         now,
+		st:          st,
+		log:         log,
+		nodes:       map[string]*node{},
+		holder:      make([]*node, cfg.TotalShards),
+		grantGen:    make([]uint64, cfg.TotalShards),
+		lastGrant:   make([]time.Time, cfg.MaxConcurrency),
+		answering:   make([]int, cfg.MaxConcurrency),
 	}
 	t := now()
 	var left map[string]time.Duration
@@ -600,6 +604,10 @@ func (c *Controller) rebalanceLocked(t time.Time) {
 	c.genSeq = c.stage.seq
 	c.eventLocked(t, EventPlanChanged, "", nil, fmt.Sprintf("generation %d, %d live nodes, %d shards assigned", c.gen, len(c.live), sumCounts(next)))
 	c.log.Info("plan changed", "generation", c.gen, "live_nodes", len(c.live), "assigned", sumCounts(next))
+	select {
+	case c.planChanged <- struct{}{}:
+	default: // one signal is waiting already
+	}
 }
 
 // assignedTotalLocked counts the shards of the previous plan, before the

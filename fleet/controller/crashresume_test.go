@@ -191,3 +191,36 @@ func TestPublishShardsKeepsMovingShards(t *testing.T) {
 		t.Fatalf("x: %v, want 0..5", got)
 	}
 }
+
+// TestPlanChangesSignalled: a rebalance that changes the plan signals
+// PlanChanges (dpxe serve's NATS authorizer sweeps at once), a steady
+// check-in does not, and changes coalesce into one pending signal.
+func TestPlanChangesSignalled(t *testing.T) {
+	h := newHarness(t, Config{TotalShards: 16})
+	h.add("a", "b")
+	signalled := func() bool {
+		select {
+		case <-h.c.PlanChanges():
+			return true
+		default:
+			return false
+		}
+	}
+	signalled() // whatever loading did
+	h.checkin("a", 16, 0)
+	if !signalled() {
+		t.Fatal("a's first check-in made generation 1 without a signal")
+	}
+	h.clock.Advance(10 * time.Second)
+	h.checkin("a", 16, 1)
+	if signalled() {
+		t.Fatal("a steady check-in signalled a plan change")
+	}
+	h.checkin("b", 4, 0)
+	if err := h.c.SetDraining(context.Background(), "b", true); err != nil {
+		t.Fatal(err)
+	}
+	if !signalled() || signalled() {
+		t.Fatal("two plan changes: want one pending signal")
+	}
+}

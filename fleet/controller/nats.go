@@ -27,6 +27,14 @@ func (c *Controller) natsFields(id string, resp *appliance.CheckinResponse) {
 	}
 }
 
+// PlanChanges is signalled when a rebalance changed the plan (one signal
+// stands for every change since the last receive): dpxe serve's NATS
+// authorizer then disconnects at once the nodes whose publish permissions
+// (PublishShards) changed, rather than at its next periodic sweep, so a
+// node that connected to the broker before its first plan is not refused
+// its first dispatches for seconds.
+func (c *Controller) PlanChanges() <-chan struct{} { return c.planChanged }
+
 // PublishShards returns the shards node id may publish events for, and
 // false for a node that may not connect to the broker (unknown, or its
 // lease lapsed): its current range, where it will run shards, and the
