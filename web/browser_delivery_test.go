@@ -18,12 +18,13 @@ import (
 
 // reportDelivery checks a settled node in once more, reporting each shard
 // it runs READY with a resumable session and the event delivery figures
-// fig(shard) sets, as a publishing kernel node does (its seq is the
-// hand-over sequence, appliance.HandoverSeq).
-func (f *testFleet) reportDelivery(id string, fig func(s uint32, st *appliance.ShardStatus)) {
+// fig(shard) sets, and the broker connection broker, as a publishing
+// kernel node does (its seq is the hand-over sequence,
+// appliance.HandoverSeq).
+func (f *testFleet) reportDelivery(id string, broker *appliance.BrokerStatus, fig func(s uint32, st *appliance.ShardStatus)) {
 	f.t.Helper()
 	f.mu.Lock()
-	req := &appliance.CheckinRequest{NodeID: id, Capacity: f.caps[id], Generation: f.gens[id]}
+	req := &appliance.CheckinRequest{NodeID: id, Capacity: f.caps[id], Generation: f.gens[id], NATS: broker}
 	runs := f.runs[id]
 	f.mu.Unlock()
 	for _, s := range runs {
@@ -93,12 +94,16 @@ func TestBrowserNodeDelivery(t *testing.T) {
 			}
 		}
 	}
-	f.reportDelivery("node-a", figures(0, 0))
-	f.reportDelivery("node-b", nil)
+	up := &appliance.BrokerStatus{State: appliance.BrokerUp, Connects: 2, Drops: 1}
+	// node-b has broker access but its connection is down and it has
+	// published nothing: its broker state, and no delivery figures.
+	down := &appliance.BrokerStatus{State: appliance.BrokerDown, Connects: 0, Drops: 5, Refused: 1}
+	f.reportDelivery("node-a", up, figures(0, 0))
+	f.reportDelivery("node-b", down, nil)
 	// The rate is measured over the time between two check-ins (real
 	// time here): let some pass, so it is a number of milliseconds.
 	time.Sleep(20 * time.Millisecond)
-	f.reportDelivery("node-a", figures(50, 0)) // 200 more published: a rate
+	f.reportDelivery("node-a", up, figures(50, 0)) // 200 more published: a rate
 	da, err := f.ctrl.Node(context.Background(), "node-a")
 	if err != nil || da.Delivery == nil || da.Delivery.RateWindowMS == 0 {
 		t.Fatalf("node-a's delivery after two reports: %+v, %v", da.Delivery, err)
@@ -127,7 +132,7 @@ func TestBrowserNodeDelivery(t *testing.T) {
 		}
 	}
 	summary := evalJS[string](t, ctx, `document.getElementById('node-delivery').innerText`)
-	for _, want := range []string{rate + " events/s", "4,800", "Lost (oversize or no room)"} {
+	for _, want := range []string{rate + " events/s", "4,800", "Lost (oversize or no room)", "Broker connection\nup 2 connects, 1 drops, 0 refused"} {
 		if !strings.Contains(summary, want) {
 			t.Errorf("node-a's delivery summary lacks %q:\n%s", want, summary)
 		}
@@ -137,7 +142,7 @@ func TestBrowserNodeDelivery(t *testing.T) {
 	// Live: a check-in with 7 in flight on the first shard changes the
 	// open page in place.
 	evalJS[int](t, ctx, `window.__noReload = 3`)
-	f.reportDelivery("node-a", figures(60, 7))
+	f.reportDelivery("node-a", up, figures(60, 7))
 	waitJS(t, ctx, "the first shard's new in-flight count", `JSON.parse(`+cardFacts+`)['#`+utoa(first)+`']['In flight'] === '7'`)
 	if card := readCards(t, ctx)["#"+utoa(first)]; card["Lag"] != "7" {
 		t.Errorf("after the update, the first shard's lag is %q, want 7", card["Lag"])
@@ -146,11 +151,15 @@ func TestBrowserNodeDelivery(t *testing.T) {
 		t.Fatal("the node page reloaded; live updates should have changed it in place")
 	}
 
-	// A node that reports no delivery shows none.
+	// A node that reports no delivery figures shows none, only its
+	// broker connection, down.
 	steps(t, ctx, "node-b's page", chromedp.Navigate(base+"/nodes/node-b"))
 	waitJS(t, ctx, "node-b's shards", `document.querySelectorAll('#node-shards li.shard').length === 4`)
-	if evalJS[bool](t, ctx, `!!document.getElementById('node-delivery') || document.getElementById('node-shards').textContent.includes('Acked seq')`) {
+	if evalJS[bool](t, ctx, `!!document.getElementById('node-shards').textContent.match(/Acked seq|Publish rate|In flight|Lost/)`) {
 		t.Errorf("node-b reports no delivery but its page shows some:\n%s", evalJS[string](t, ctx, `document.getElementById('node-shards').innerText`))
+	}
+	if got := evalJS[string](t, ctx, `(document.getElementById('node-broker') || {innerText: 'none'}).innerText.replace(/\s+/g, ' ').trim()`); got != "Broker connection down 0 connects, 5 drops, 1 refused" {
+		t.Errorf("node-b's broker connection: %q", got)
 	}
 
 	// The nodes table: node-a's rate and what it has in flight; nothing for node-b.
@@ -164,8 +173,8 @@ func TestBrowserNodeDelivery(t *testing.T) {
 	if got, want := cell("node-a"), eventRate(da.Delivery.PublishRate)+" 13 in flight"; got != want {
 		t.Errorf("node-a's Events/s cell %q, want %q", got, want)
 	}
-	if got := cell("node-b"); got != "" {
-		t.Errorf("node-b's Events/s cell %q, want it empty", got)
+	if got := cell("node-b"); got != "broker down" {
+		t.Errorf("node-b's Events/s cell %q, want only \"broker down\"", got)
 	}
 	screenshot(t, ctx, filepath.Join(out, "nodes-delivery.png"))
 

@@ -143,7 +143,8 @@ func BuildNodeRow(n controller.NodeView, boot BootSummary, now time.Time) view.N
 		Ready: n.ReadyShards, Starting: n.StartingShards, Backoff: n.BackoffShards, Fatal: n.FatalShards, Pending: n.Pending,
 		Status: nodeStatus(n), Live: n.Live, Draining: n.Draining,
 		Lease:       view.Countdown{Deadline: n.LeaseDeadline, Now: now},
-		LastCheckin: view.Moment{At: n.LastSeen, Now: now}, Delivery: BuildNodeDelivery(n.Delivery)}
+		LastCheckin: view.Moment{At: n.LastSeen, Now: now}, Delivery: BuildNodeDelivery(n.Delivery),
+		Broker: BuildBroker(n.NATS)}
 	if boot.LastStageFailed && r.BootStage != "" {
 		r.BootStage += " (failed)"
 	}

@@ -99,3 +99,13 @@ func BuildShardDelivery(st appliance.ShardStatus, reported bool) *view.ShardDeli
 	}
 	return v
 }
+
+// BuildBroker formats a node's broker connection; nil when it reports
+// none.
+func BuildBroker(b *appliance.BrokerStatus) *view.Broker {
+	if b == nil {
+		return nil
+	}
+	return &view.Broker{State: b.State, Up: b.State == appliance.BrokerUp, Connects: groupDigits(b.Connects),
+		Drops: groupDigits(b.Drops), Refused: groupDigits(b.Refused)}
+}

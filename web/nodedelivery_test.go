@@ -109,3 +109,16 @@ func hasColumn(cols []view.Column, key, label, sort string) bool {
 	}
 	return false
 }
+
+func TestBuildBroker(t *testing.T) {
+	if BuildBroker(nil) != nil {
+		t.Fatal("no broker status gives a view")
+	}
+	v := BuildBroker(&appliance.BrokerStatus{State: appliance.BrokerUp, Connects: 1234, Drops: 2, Refused: 0})
+	if want := (view.Broker{State: "up", Up: true, Connects: "1,234", Drops: "2", Refused: "0"}); *v != want {
+		t.Fatalf("%+v, want %+v", *v, want)
+	}
+	if v := BuildBroker(&appliance.BrokerStatus{State: appliance.BrokerDown}); v.Up || v.State != "down" {
+		t.Fatalf("down: %+v", *v)
+	}
+}

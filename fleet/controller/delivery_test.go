@@ -124,3 +124,43 @@ func TestNodeDeliveryRate(t *testing.T) {
 		t.Fatalf("second report after a lapse: %+v, want 20 events over 2 s", d)
 	}
 }
+
+// TestNodeBrokerStatus: the node's broker connection is what its latest
+// check-in said, gone with a check-in without it and with the lease.
+func TestNodeBrokerStatus(t *testing.T) {
+	h := newHarness(t, Config{TotalShards: 2})
+	h.add("a")
+	gen := h.checkin("a", 2, 0).Generation
+	nats := func(b *appliance.BrokerStatus) *appliance.BrokerStatus {
+		t.Helper()
+		if _, err := h.c.Checkin(context.Background(), &appliance.CheckinRequest{NodeID: "a", Capacity: 2, Generation: gen, NATS: b}, "127.0.0.1"); err != nil {
+			t.Fatal(err)
+		}
+		n, err := h.c.Node(context.Background(), "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b != nil && n.NATS == b {
+			t.Fatal("the view shares the request's broker status")
+		}
+		return n.NATS
+	}
+	if got := nats(nil); got != nil {
+		t.Fatalf("no nats reported, view has %+v", got)
+	}
+	down := appliance.BrokerStatus{State: appliance.BrokerDown, Connects: 3, Drops: 3, Refused: 1}
+	if got := nats(&down); got == nil || *got != down {
+		t.Fatalf("view %+v, want %+v", got, down)
+	}
+	if got := nats(&appliance.BrokerStatus{State: appliance.BrokerUp, Connects: 4, Drops: 3}); got == nil || got.State != appliance.BrokerUp || got.Connects != 4 {
+		t.Fatalf("view %+v after the reconnect", got)
+	}
+	if got := nats(nil); got != nil {
+		t.Fatalf("broker access gone, view still has %+v", got)
+	}
+	nats(&down)
+	h.clock.Advance(h.c.Config().Lease + time.Second)
+	if n, _ := h.c.Node(context.Background(), "a"); n.Live || n.NATS != nil {
+		t.Fatalf("after the lease lapsed: live %v, nats %+v", n.Live, n.NATS)
+	}
+}

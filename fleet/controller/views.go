@@ -35,6 +35,10 @@ type NodeView struct {
 	// nil when that check-in carried none (delivery off, or nothing
 	// published yet) or the node is not live.
 	Delivery *NodeDelivery `json:"delivery,omitempty"`
+	// NATS is the node's connection to the event broker as its latest
+	// check-in reported it; nil when that check-in had none (no broker
+	// access) or the node is not live.
+	NATS *appliance.BrokerStatus `json:"nats,omitempty"`
 }
 
 // NodeDetail is a node with its latest per-shard status.
@@ -57,6 +61,10 @@ func (c *Controller) viewLocked(n *node) NodeView {
 		if n.deliveryOK {
 			d := n.delivery
 			v.Delivery = &d
+		}
+		if n.broker != nil {
+			b := *n.broker
+			v.NATS = &b
 		}
 	}
 	for s := n.plan.Start; s < n.plan.Start+n.plan.Count; s++ {

@@ -113,6 +113,17 @@ type NodeRow struct {
 	// Delivery is the node's event delivery figures; nil when it reports
 	// none (delivery off) or is not live.
 	Delivery *NodeDelivery
+	// Broker is the node's connection to the event broker; nil when it
+	// reports none (no broker access) or is not live.
+	Broker *Broker
+}
+
+// Broker is a node's connection to the event broker as it reports it,
+// numbers preformatted. The counters run from the node's boot.
+type Broker struct {
+	State                    string // "up" or "down"
+	Up                       bool
+	Connects, Drops, Refused string
 }
 
 // RowID is the row's element ID (node IDs are letters, digits, '-', '_'
