@@ -142,7 +142,7 @@ func TestComponents(t *testing.T) {
 		{"broker up", NodeDelivery(&view.NodeDelivery{InFlight: "0"}, &view.Broker{State: "up", Up: true, Connects: "1", Drops: "0", Refused: "0"}),
 			[]string{`<span class="tag tag-live">up</span>`, "Publish rate"}, []string{"tag-expired"}},
 		{"node row, broker down", NodeTableRow(view.NodeRow{ID: "n1", Status: "live", Broker: &view.Broker{State: "down"}}, false),
-			[]string{`<span class="tag tag-expired">broker down</span>`}, nil},
+			[]string{`<span class="tag tag-expired">broker down</span></td>`}, []string{"<br"}},
 		{"node row, broker up", NodeTableRow(view.NodeRow{ID: "n1", Status: "live", Broker: &view.Broker{State: "up", Up: true}}, false), nil, []string{"broker"}},
 		{"node row with delivery", NodeTableRow(view.NodeRow{ID: "n1", Status: "live", Delivery: &view.NodeDelivery{Rate: "1,250", InFlight: "7"}}, false),
 			[]string{"1,250", "<small>7 in flight</small>"}, nil},
