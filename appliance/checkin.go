@@ -126,7 +126,28 @@ type CheckinRequest struct {
 	BackoffShards  int           `json:"backoff_shards"`
 	FatalShards    int           `json:"fatal_shards"`
 	Shards         []ShardStatus `json:"shards,omitempty"` // optional per-shard status
+	// NATS is the node's connection to the event broker, present while
+	// the check-in answer gives it broker access (docs/events.md, "The
+	// kernel's publisher").
+	NATS *BrokerStatus `json:"nats,omitempty"`
 }
+
+// BrokerStatus is a node's connection to the event broker as the node
+// reports it: what the kernel keeps in NN (kernel/node/natsnode.inc) and
+// prints every 5 s. The counters run from the node's boot.
+type BrokerStatus struct {
+	State    string `json:"state"`    // BrokerUp or BrokerDown
+	Connects uint64 `json:"connects"` // connections that got up
+	Drops    uint64 `json:"drops"`    // connections given up: lost, silent, refused
+	Refused  uint64 `json:"refused"`  // -ERR 'Permissions Violation' received
+}
+
+// BrokerStatus.State: up while connected and publishing, down otherwise
+// (waiting to retry, connecting, the TLS handshake).
+const (
+	BrokerUp   = "up"
+	BrokerDown = "down"
+)
 
 // CheckinResponse is the controller's answer to a check-in.
 type CheckinResponse struct {
@@ -477,6 +498,9 @@ func (r *CheckinRequest) Validate() error {
 	// with a session: up to 128 of each in one check-in.
 	if len(r.Shards) > 2*MaxShardsPerNode {
 		return &FieldError{Field: "shards", Reason: fmt.Sprintf("%d entries, at most %d", len(r.Shards), 2*MaxShardsPerNode)}
+	}
+	if r.NATS != nil && r.NATS.State != BrokerUp && r.NATS.State != BrokerDown {
+		return &FieldError{Field: "nats.state", Reason: fmt.Sprintf("%q is neither %q nor %q", clip(r.NATS.State), BrokerUp, BrokerDown)}
 	}
 	seen := make(map[uint32]int, len(r.Shards))
 	for i := range r.Shards {

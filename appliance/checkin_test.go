@@ -35,6 +35,12 @@ func TestParseCheckinRequest(t *testing.T) {
 		t.Fatalf("pings decoded as %+v", p)
 	}
 
+	// The broker connection, at its longest.
+	broker := `{"node_id":"a","capacity":1,"nats":{"state":"down","connects":18446744073709551615,"drops":18446744073709551615,"refused":0}}`
+	if got, err = ParseCheckinRequest([]byte(broker)); err != nil || got.NATS == nil || *got.NATS != (BrokerStatus{State: BrokerDown, Connects: 1<<64 - 1, Drops: 1<<64 - 1}) {
+		t.Fatalf("broker status: %+v, %v", got.NATS, err)
+	}
+
 	// A node that rebooted with a smaller capacity reports what its last
 	// answer had it run: accepted, so the controller can shrink its plan.
 	over := `{"node_id":"a","capacity":4,"starting_shards":16}`
@@ -85,6 +91,10 @@ func TestParseCheckinRequest(t *testing.T) {
 		{"ping max huge", `{"node_id":"a","capacity":1,"shards":[{"id":1,"state":"READY","ping_max_ms":1e300}]}`, "shards[0].ping_max_ms"},
 		{"ping string", `{"node_id":"a","capacity":1,"shards":[{"id":1,"state":"READY","ping_ms":"1"}]}`, "ping_ms"},
 		{"ack_slow number", `{"node_id":"a","capacity":1,"shards":[{"id":1,"state":"READY","ack_slow":1}]}`, "ack_slow"},
+		{"nats state", `{"node_id":"a","capacity":1,"nats":{"state":"UP","connects":1,"drops":0,"refused":0}}`, "nats.state"},
+		{"nats no state", `{"node_id":"a","capacity":1,"nats":{"connects":1,"drops":0,"refused":0}}`, "nats.state"},
+		{"nats unknown", `{"node_id":"a","capacity":1,"nats":{"state":"up","connects":1,"drops":0,"refused":0,"pool":3}}`, "pool"},
+		{"nats negative", `{"node_id":"a","capacity":1,"nats":{"state":"up","connects":-1,"drops":0,"refused":0}}`, "connects"},
 		{"resume long", `{"node_id":"a","capacity":1,"shards":[{"id":1,"state":"READY","session_id":"s","resume_url":"ws://h/` + strings.Repeat("p", MaxDialURLLen-6) + `"}]}`, "shards[0].resume_url"},
 	}
 	for _, c := range bad {

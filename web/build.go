@@ -143,7 +143,8 @@ func BuildNodeRow(n controller.NodeView, boot BootSummary, now time.Time) view.N
 		Ready: n.ReadyShards, Starting: n.StartingShards, Backoff: n.BackoffShards, Fatal: n.FatalShards, Pending: n.Pending,
 		Status: nodeStatus(n), Live: n.Live, Draining: n.Draining,
 		Lease:       view.Countdown{Deadline: n.LeaseDeadline, Now: now},
-		LastCheckin: view.Moment{At: n.LastSeen, Now: now}}
+		LastCheckin: view.Moment{At: n.LastSeen, Now: now}, Delivery: BuildNodeDelivery(n.Delivery),
+		Broker: BuildBroker(n.NATS)}
 	if boot.LastStageFailed && r.BootStage != "" {
 		r.BootStage += " (failed)"
 	}
@@ -287,6 +288,7 @@ func BuildShardRows(d controller.NodeDetail, m controller.ShardMapView) ([]view.
 		if st, ok := byID[id]; ok {
 			r.Reported, r.SeqValid, r.Acks, r.Misses = string(st.State), st.SeqValid, st.HeartbeatAcks, st.HeartbeatMisses
 			r.Reconnects, r.LastError, r.CloseCode, r.CloseText = st.Reconnects, st.LastError, st.CloseCode, closeText(st.CloseCode)
+			r.Delivery = BuildShardDelivery(st, d.Delivery != nil)
 		}
 		seen[id] = true
 		counts[state]++

@@ -2,8 +2,12 @@ package web
 
 import (
 	"fmt"
+	"math"
 	"strconv"
+	"time"
 
+	"github.com/discord-pxe/dpxe/appliance"
+	"github.com/discord-pxe/dpxe/fleet/controller"
 	"github.com/discord-pxe/dpxe/fleet/events"
 	"github.com/discord-pxe/dpxe/web/view"
 )
@@ -43,4 +47,65 @@ func binaryBytes(n uint64) string {
 		}
 	}
 	return fmt.Sprintf("%.1f %s", v, unit)
+}
+
+// BuildNodeDelivery formats a node's event delivery summary; nil when it
+// reports none.
+func BuildNodeDelivery(d *controller.NodeDelivery) *view.NodeDelivery {
+	if d == nil {
+		return nil
+	}
+	v := &view.NodeDelivery{Published: groupDigits(d.Published), InFlight: groupDigits(d.InFlight),
+		Lost: groupDigits(d.Lost), Skipped: groupDigits(d.Skipped), HasLost: d.Lost > 0, RateValue: -1}
+	if d.RateWindowMS > 0 {
+		v.Rate, v.RateValue = eventRate(d.PublishRate), d.PublishRate
+		v.Window = view.Span(time.Duration(d.RateWindowMS) * time.Millisecond)
+	}
+	return v
+}
+
+// eventRate writes events per second with one decimal below 100 and
+// grouped whole numbers above: 0.0, 12.5, 1,250.
+func eventRate(r float64) string {
+	if r < 100 {
+		return strconv.FormatFloat(r, 'f', 1, 64)
+	}
+	return groupDigits(uint64(math.Round(r)))
+}
+
+// BuildShardDelivery formats one shard's event delivery; nil when its
+// node reports none (delivery is reported per node: a publishing node
+// reports every shard, at 0 too).
+//
+// The lag is the received sequence minus the acknowledged one. The
+// kernel reports no received sequence as such: a shard with a resumable
+// session reports the sequence it would hand over from (seq,
+// appliance.HandoverSeq), which is the last received when nothing is in
+// flight, and the one before the first dispatch in flight otherwise, the
+// dispatches in flight following it one sequence each. So the received
+// sequence is seq plus the dispatches in flight. Without a resumable
+// session, or with an acknowledged sequence above that (an older
+// session's), there is no lag to show.
+func BuildShardDelivery(st appliance.ShardStatus, reported bool) *view.ShardDelivery {
+	if !reported {
+		return nil
+	}
+	v := &view.ShardDelivery{Published: groupDigits(uint64(st.EventsPublished)), AckedSeq: groupDigits(uint64(st.EventsAckedSeq)),
+		InFlight: groupDigits(uint64(st.EventsInFlight)), Lost: groupDigits(uint64(st.EventsLost)),
+		Skipped: groupDigits(uint64(st.EventsSkipped)), HasLost: st.EventsLost > 0}
+	if received := uint64(st.Seq) + uint64(st.EventsInFlight); st.SeqValid && st.SessionID != "" && received >= uint64(st.EventsAckedSeq) {
+		lag := received - uint64(st.EventsAckedSeq)
+		v.Lag, v.Lagging = groupDigits(lag), lag > 0
+	}
+	return v
+}
+
+// BuildBroker formats a node's broker connection; nil when it reports
+// none.
+func BuildBroker(b *appliance.BrokerStatus) *view.Broker {
+	if b == nil {
+		return nil
+	}
+	return &view.Broker{State: b.State, Up: b.State == appliance.BrokerUp, Connects: groupDigits(b.Connects),
+		Drops: groupDigits(b.Drops), Refused: groupDigits(b.Refused)}
 }

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -61,7 +62,7 @@ func (s *Server) fleet(w http.ResponseWriter, r *http.Request) {
 var nodeColumns = [][2]string{
 	{"id", "Node"}, {"mac", "MAC"}, {"ip", "IP"}, {"firmware", "Firmware"}, {"capacity", "Capacity"},
 	{"range", "Range"}, {"ready", "R"}, {"starting", "S"}, {"backoff", "B"}, {"fatal", "F"}, {"pending", "P"},
-	{"lease", "Lease expires"}, {"checkin", "Last check-in"}, {"status", "State"}, {"boot", "Boot stage"},
+	{"rate", "Events/s"}, {"lease", "Lease expires"}, {"checkin", "Last check-in"}, {"status", "State"}, {"boot", "Boot stage"},
 }
 
 // sortKey reads ?sort= and ?dir=, defaulting to node ID ascending.
@@ -104,6 +105,8 @@ func sortRows(rows []view.NodeRow, key string, desc bool) {
 			c = cmpInt(a.Fatal, b.Fatal)
 		case "pending":
 			c = cmpInt(a.Pending, b.Pending)
+		case "rate":
+			c = cmp.Compare(rateOf(a), rateOf(b))
 		case "lease":
 			c = a.Lease.Deadline.Compare(b.Lease.Deadline)
 		case "checkin":
@@ -121,6 +124,15 @@ func sortRows(rows []view.NodeRow, key string, desc bool) {
 		}
 		return c
 	})
+}
+
+// rateOf is a row's publish rate for sorting: -2 without event delivery,
+// -1 while its rate is unknown.
+func rateOf(r view.NodeRow) float64 {
+	if r.Delivery == nil {
+		return -2
+	}
+	return r.Delivery.RateValue
 }
 
 // nodeRows builds the sorted rows of the nodes table.

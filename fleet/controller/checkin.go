@@ -72,7 +72,14 @@ func (c *Controller) Checkin(ctx context.Context, req *appliance.CheckinRequest,
 	}
 	n.address = addr
 	n.counts = [4]int{req.ReadyShards, req.StartingShards, req.BackoffShards, req.FatalShards}
+	n.broker = nil
+	if req.NATS != nil {
+		b := *req.NATS
+		n.broker = &b
+	}
 	if req.Shards != nil {
+		// Before n.status is overwritten: the rate needs the last report.
+		n.delivery, n.deliveryOK = nextDelivery(n.status, n.statusAt, req.Shards, t)
 		n.status = append(n.status[:0], req.Shards...)
 		n.statusAt = t
 		if c.stage.status == nil {

@@ -191,6 +191,9 @@ type node struct {
 	grantSeq      uint64 // stage sequence of the node's latest grant
 	status        []appliance.ShardStatus
 	statusAt      time.Time
+	delivery      NodeDelivery // from status (delivery.go), when deliveryOK
+	deliveryOK    bool
+	broker        *appliance.BrokerStatus // the latest check-in's nats, nil when absent
 	lastRefusalEv time.Time
 	// restart lists the shards of n's assignment an operator asked to
 	// start again from FATAL, ascending (restart.go). Stored only with
@@ -549,6 +552,7 @@ func (c *Controller) expireLocked(t time.Time, n *node) {
 	n.held = nil
 	n.plan = Range{}
 	n.status = nil
+	n.delivery, n.deliveryOK, n.broker = NodeDelivery{}, false, nil
 	if len(n.restart) > 0 {
 		c.pruneRestartsLocked(n, "lease expired")
 	}

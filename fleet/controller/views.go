@@ -31,6 +31,14 @@ type NodeView struct {
 	StartingShards  int       `json:"starting_shards"`
 	BackoffShards   int       `json:"backoff_shards"`
 	FatalShards     int       `json:"fatal_shards"`
+	// Delivery is the node's event delivery from its latest check-in;
+	// nil when that check-in carried none (delivery off, or nothing
+	// published yet) or the node is not live.
+	Delivery *NodeDelivery `json:"delivery,omitempty"`
+	// NATS is the node's connection to the event broker as its latest
+	// check-in reported it; nil when that check-in had none (no broker
+	// access) or the node is not live.
+	NATS *appliance.BrokerStatus `json:"nats,omitempty"`
 }
 
 // NodeDetail is a node with its latest per-shard status.
@@ -50,6 +58,14 @@ func (c *Controller) viewLocked(n *node) NodeView {
 		ReadyShards: n.counts[0], StartingShards: n.counts[1], BackoffShards: n.counts[2], FatalShards: n.counts[3]}
 	if n.live {
 		v.LeaseDeadline = n.deadline
+		if n.deliveryOK {
+			d := n.delivery
+			v.Delivery = &d
+		}
+		if n.broker != nil {
+			b := *n.broker
+			v.NATS = &b
+		}
 	}
 	for s := n.plan.Start; s < n.plan.Start+n.plan.Count; s++ {
 		if h := c.holder[s]; h != nil && h != n {

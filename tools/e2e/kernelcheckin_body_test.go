@@ -141,6 +141,10 @@ func checkCkstHead(t *testing.T, r appliance.CheckinRequest) {
 	if r.StartingShards != ckstSlots || r.ReadyShards != 0 || r.BackoffShards != 0 || r.FatalShards != 0 {
 		t.Errorf("counts ready %d starting %d backoff %d fatal %d: want 0 %d 0 0", r.ReadyShards, r.StartingShards, r.BackoffShards, r.FatalShards, ckstSlots)
 	}
+	// The broker connection at its longest (nn_checkin_json).
+	if want := (appliance.BrokerStatus{State: appliance.BrokerDown, Connects: math.MaxUint64, Drops: math.MaxUint64, Refused: math.MaxUint64}); r.NATS == nil || *r.NATS != want {
+		t.Errorf("nats %+v: want %+v", r.NATS, want)
+	}
 }
 
 func checkCkstShards(t *testing.T, r appliance.CheckinRequest, src fs.FS) {

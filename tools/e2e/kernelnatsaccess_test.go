@@ -119,6 +119,20 @@ func TestKernelCheckinNATSAccess(t *testing.T) {
 	if strings.Contains(run.serial.String(), pass) || strings.Contains(logs.String(), pass) {
 		t.Error("the node's NATS password is on its console or in serve's log")
 	}
+	// Its check-ins report its broker connection (nn_checkin_json): up
+	// once it connected to the embedded server.
+	var nats *appliance.BrokerStatus
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(300 * time.Millisecond) {
+		var d2 controller.NodeDetail
+		out, err := ns.Run(ctx, "curl", "-fsS", "--max-time", "5", "-H", "Authorization: Bearer "+strings.TrimSpace(string(tok)), server+"/v1/nodes/"+id)
+		if err == nil && json.Unmarshal([]byte(out), &d2) == nil && d2.NATS != nil && d2.NATS.State == appliance.BrokerUp && d2.NATS.Connects >= 1 {
+			nats = d2.NATS
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the node's check-ins do not report its broker connection up: %+v (%v)", d2.NATS, err)
+		}
+	}
 	// the answer the node got had the member: ask as the node would
 	body := fmt.Sprintf(`{"node_id":%q,"capacity":2,"generation":%d}`, id, d.AckedGeneration)
 	out, err = ns.Run(ctx, "curl", "-fsS", "--max-time", "5", "-H", "Authorization: Bearer "+m[1], "-H", "Content-Type: application/json",
@@ -128,5 +142,5 @@ func TestKernelCheckinNATSAccess(t *testing.T) {
 		len(r.NATS.URLs) != 1 || r.NATS.URLs[0] != "nats://"+subnet+".1:4222" {
 		t.Fatalf("check-in answer's nats: %+v (%v)", r.NATS, err)
 	}
-	t.Logf("node %s applied generation %d with nats access %v in its answers", id, d.AckedGeneration, r.NATS.URLs)
+	t.Logf("node %s applied generation %d with nats access %v in its answers; it reports its broker connection %+v", id, d.AckedGeneration, r.NATS.URLs, *nats)
 }

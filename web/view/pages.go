@@ -110,6 +110,20 @@ type NodeRow struct {
 	Live, Draining               bool
 	Lease                        Countdown
 	LastCheckin                  Moment
+	// Delivery is the node's event delivery figures; nil when it reports
+	// none (delivery off) or is not live.
+	Delivery *NodeDelivery
+	// Broker is the node's connection to the event broker; nil when it
+	// reports none (no broker access) or is not live.
+	Broker *Broker
+}
+
+// Broker is a node's connection to the event broker as it reports it,
+// numbers preformatted. The counters run from the node's boot.
+type Broker struct {
+	State                    string // "up" or "down"
+	Up                       bool
+	Connects, Drops, Refused string
 }
 
 // RowID is the row's element ID (node IDs are letters, digits, '-', '_'
@@ -157,6 +171,36 @@ type ShardRow struct {
 	RestartRequested bool
 	// Ping is the shard's last heartbeat latency as its node reported it.
 	Ping Ping
+	// Delivery is the shard's event delivery; nil when its node reports
+	// none (delivery off).
+	Delivery *ShardDelivery
+}
+
+// ShardDelivery is one shard's event delivery as its node reported it
+// (appliance.ShardStatus Events*), numbers preformatted ("12,345").
+type ShardDelivery struct {
+	Published string // HPUBs written, resends included
+	AckedSeq  string // Discord's sequence of the last acknowledged dispatch
+	InFlight  string // dispatches awaiting their PubAck
+	Lost      string // not published: oversize or no room (the kernel counts both as lost)
+	Skipped   string // not published: their type is skipped
+	// Lag is the received sequence minus the acknowledged one, "" when
+	// the node does not report what it needs (no resumable session).
+	Lag     string
+	Lagging bool // Lag is more than 0
+	HasLost bool // Lost is more than 0
+}
+
+// NodeDelivery is a node's event delivery summed over its shards, with
+// its publish rate.
+type NodeDelivery struct {
+	Published, InFlight, Lost, Skipped string
+	// Rate is "12.5" (events per second), "" until the node has sent two
+	// check-ins with delivery figures; Window is the interval it spans,
+	// "10 s". RateValue orders the nodes table (-1 when unknown).
+	Rate, Window string
+	RateValue    float64
+	HasLost      bool
 }
 
 // BootStep is one step of a boot timeline.
