@@ -119,8 +119,11 @@ func TestServeEventsCallout(t *testing.T) {
 	case <-time.After(lease + 20*time.Second):
 		t.Fatalf("n1 still connected %v after its last check-in:\n%s", lease+20*time.Second, p.logs())
 	}
-	if !strings.Contains(grepLine(p.logs(), "disconnected clients"), "node-n1") {
-		t.Errorf("serve's log does not say it disconnected node-n1:\n%s", p.logs())
+	// serve logs the kick once the sweep is over.
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(grepLine(p.logs(), "disconnected clients"), "node-n1"); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("serve's log does not say it disconnected node-n1:\n%s", p.logs())
+		}
 	}
 	if again, err := nats.Connect(nodeURLs, nats.UserInfo(r.NATS.User, r.NATS.Password), nats.NoReconnect(), nats.SetCustomDialer(testLoopback{})); err == nil {
 		again.Close()

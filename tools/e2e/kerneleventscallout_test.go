@@ -106,6 +106,24 @@ func TestKernelEventsCallout(t *testing.T) {
 	if len(sessions) != 2 {
 		t.Fatalf("emulator sessions: %+v", sessions)
 	}
+	// A JetStream API request that reaches the survivors while they elect
+	// new leaders can go unanswered (the client then waits its whole
+	// context): ask with a short timeout until the stream answers.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		rctx, rcancel := context.WithTimeout(ctx, 3*time.Second)
+		st, err := js.Stream(rctx, "DPXE_EVENTS_"+app)
+		if err == nil {
+			_, err = st.Info(rctx)
+		}
+		rcancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the stream does not answer the worker 30 s after the kill: %v", err)
+		}
+		t.Logf("stream info: %v (asking again)", err)
+	}
 	got := awaitStream(t, ctx, js, app, sessions, want, nil)
 	checkRecord(t, l, got, sessions, app, "", want, nil, map[string]bool{"ce-node": true})
 	if v := l.emu.Violations(); len(v) != 0 {

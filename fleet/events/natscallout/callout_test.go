@@ -227,6 +227,10 @@ func TestCalloutCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if nc, err := connect("worker-w1", token+"x", nil); err == nil {
+		nc.Close()
+		t.Error("worker w1 connected with a wrong token")
+	}
 	var werrs errs
 	w1, err := connect("worker-w1", token, &werrs)
 	if err != nil {
