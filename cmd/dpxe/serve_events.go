@@ -54,6 +54,14 @@ type eventsConfig struct {
 	// (PEM files); with them every client must speak TLS.
 	NATSTLSCert string `json:"nats_tls_cert"`
 	NATSTLSKey  string `json:"nats_tls_key"`
+	// NATSNKey is the seed file of serve's own NATS user on --nats-url.
+	NATSNKey string `json:"nats_nkey"`
+	// NATSCalloutKey, the issuer account's seed file, makes serve the
+	// auth callout service of the --nats-url cluster
+	// (serve_events_callout.go); NATSSystemNKey is the seed file of a
+	// system account user it disconnects clients with.
+	NATSCalloutKey string `json:"nats_callout_key"`
+	NATSSystemNKey string `json:"nats_system_nkey"`
 }
 
 // defaultEventsApp is the app name in subjects when none is given.
@@ -70,6 +78,7 @@ var eventsFlags struct {
 	skip                      string
 	nodeURLs                  string
 	tlsCert, tlsKey           string
+	nkey, calloutKey, sysNKey string
 }
 
 func init() {
@@ -82,15 +91,18 @@ func init() {
 			fs.StringVar(&f.listen, "nats-listen", "", "host:port of the embedded NATS server (port 0 picks one); default "+embedded.DefaultListen+", or with --interface and --nats-auth the boot interface's address:4222 with "+embedded.DefaultListen+" relayed to it")
 			fs.StringVar(&f.url, "nats-url", "", "use this NATS cluster instead of the embedded server (nats://a:4222,nats://b:4222)")
 			fs.StringVar(&f.creds, "nats-creds", "", "NATS credentials file (.creds) for --nats-url")
+			fs.StringVar(&f.nkey, "nats-nkey", "", "seed file (SU..., mode 0600) of serve's own NATS user for --nats-url, instead of --nats-creds")
+			fs.StringVar(&f.calloutKey, "nats-callout-key", "", "seed file (SA..., mode 0600) of the issuer account of the --nats-url cluster's auth_callout: serve answers its authorization requests, so nodes and workers get the permissions --nats-auth gives them (docs/events.md); needs --nats-node-url, --nats-system-nkey and serve's own user (--nats-nkey or --nats-creds) in the callout's auth_users")
+			fs.StringVar(&f.sysNKey, "nats-system-nkey", "", "seed file (SU..., mode 0600) of a user of the --nats-url cluster's system account, in the callout's auth_users: with --nats-callout-key, serve disconnects clients whose permissions changed through it")
 			fs.StringVar(&f.store, "nats-store", "", "JetStream file store of the embedded server (default: nats/ beside --db; ./var/ for a postgres:// --db)")
 			fs.StringVar(&f.app, "events-app", defaultEventsApp, "the bot's name in event subjects dpxe.<app>.events.<shard>.<EVENT>")
 			fs.Int64Var(&f.maxBytes, "events-max-bytes", d.MaxBytes, "bytes the event stream keeps (oldest dropped first)")
 			fs.DurationVar(&f.maxAge, "events-max-age", d.MaxAge, "how long the event stream keeps an event")
 			fs.DurationVar(&f.dupWindow, "events-duplicate-window", d.DuplicateWindow, "how long a Nats-Msg-Id is remembered; must exceed --lease + --resume-ttl")
 			fs.IntVar(&f.replicas, "events-replicas", d.Replicas, "stream replicas (3 on a JetStream cluster)")
-			fs.StringVar(&f.skip, "events-skip", "", "comma-separated Discord event types nodes do not publish (TYPING_START,PRESENCE_UPDATE); they still count as acknowledged; sent with the nodes' broker access, so only with --nats-auth")
+			fs.StringVar(&f.skip, "events-skip", "", "comma-separated Discord event types nodes do not publish (TYPING_START,PRESENCE_UPDATE); they still count as acknowledged; sent with the nodes' broker access, so only with --nats-auth or --nats-callout-key")
 			fs.BoolVar(&f.auth, "nats-auth", false, "the embedded NATS server requires credentials: nodes get their own shards' subjects, workers (dpxe workers add) commands and the stream; kept in "+natsauth.FileName+" beside --db")
-			fs.StringVar(&f.nodeURLs, "nats-node-url", "", "comma-separated broker URLs check-in answers give nodes, verbatim, instead of the embedded server's addresses (tls://broker.lan:4222): when nodes reach it by a DNS name or through TLS; needs --nats-auth")
+			fs.StringVar(&f.nodeURLs, "nats-node-url", "", "comma-separated broker URLs check-in answers give nodes, verbatim, instead of the embedded server's addresses (tls://broker.lan:4222): when nodes reach it by a DNS name or through TLS; needs --nats-auth, or --nats-callout-key (then required: the cluster URLs nodes dial)")
 			fs.StringVar(&f.tlsCert, "nats-tls-cert", "", "PEM certificate chain of the embedded NATS server; with it every client must speak TLS (nodes check it against the image's trust anchors, docs/security.md)")
 			fs.StringVar(&f.tlsKey, "nats-tls-key", "", "PEM private key of --nats-tls-cert")
 		},
@@ -135,6 +147,12 @@ func applyEventsFlags(fs *flag.FlagSet, cfg *serveConfig) error {
 			e.NATSTLSCert = f.tlsCert
 		case "nats-tls-key":
 			e.NATSTLSKey = f.tlsKey
+		case "nats-nkey":
+			e.NATSNKey = f.nkey
+		case "nats-callout-key":
+			e.NATSCalloutKey = f.calloutKey
+		case "nats-system-nkey":
+			e.NATSSystemNKey = f.sysNKey
 		}
 	})
 	d := events.DefaultStreamLimits()
@@ -188,8 +206,11 @@ func applyEventsFlags(fs *flag.FlagSet, cfg *serveConfig) error {
 	if e.NATSTLSCert != "" && e.NATSURL != "" {
 		return fmt.Errorf("%w: nats-tls-cert is for the embedded server (a cluster given with --nats-url has its own TLS)", errUsage)
 	}
-	if len(e.NATSNodeURLs) > 0 && !e.NATSAuth {
-		return fmt.Errorf("%w: nats-node-url needs --nats-auth (nodes get broker access only with it)", errUsage)
+	if err := validCallout(e); err != nil {
+		return err
+	}
+	if len(e.NATSNodeURLs) > 0 && !e.NATSAuth && e.NATSCalloutKey == "" {
+		return fmt.Errorf("%w: nats-node-url needs --nats-auth or --nats-callout-key (nodes get broker access only with one)", errUsage)
 	}
 	if err := validNodeURLs(e.NATSNodeURLs); err != nil {
 		return fmt.Errorf("%w: nats-node-url: %v", errUsage, err)
@@ -333,13 +354,26 @@ func attachEvents(ctx context.Context, app *fleetApp, log *slog.Logger) (func(co
 	var err error
 	where := ""
 	var relayed []string // the embedded server's loopback relay
+	var coKeys *calloutKeys
 	if e.NATSURL != "" {
+		if e.NATSCalloutKey != "" {
+			if coKeys, err = loadCalloutKeys(e); err != nil {
+				return nil, err
+			}
+		}
 		opts := []nats.Option{nats.Name("dpxe serve"), nats.MaxReconnects(-1)}
 		if e.NATSCreds != "" {
 			if _, err := os.Stat(e.NATSCreds); err != nil {
 				return nil, fmt.Errorf("nats-creds: %w", err)
 			}
 			opts = append(opts, nats.UserCredentials(e.NATSCreds))
+		}
+		if e.NATSNKey != "" {
+			o, err := nkeyOption("nats-nkey", e.NATSNKey)
+			if err != nil {
+				return nil, err
+			}
+			opts = append(opts, o)
 		}
 		if nc, err = nats.Connect(e.NATSURL, opts...); err != nil {
 			hosts, _ := natsHosts(e.NATSURL)
@@ -409,6 +443,22 @@ func attachEvents(ctx context.Context, app *fleetApp, log *slog.Logger) (func(co
 			srv.Shutdown()
 		}
 	}
+	// sweep disconnects the clients whose permissions changed (nil: no
+	// authorization by serve).
+	var sweep func(context.Context) ([]string, error)
+	if auth != nil {
+		sweep = func(context.Context) ([]string, error) { return auth.Sweep(srv) }
+	}
+	if e.NATSCalloutKey != "" {
+		co, err := attachCallout(ctx, app, e, coKeys, nc, log)
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		sweep = co.sweep
+		prev := stop
+		stop = func() { co.stop(); prev() }
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		stop()
@@ -421,18 +471,18 @@ func attachEvents(ctx context.Context, app *fleetApp, log *slog.Logger) (func(co
 	}
 	app.api.Metrics().SetEvents(func(ctx context.Context) events.StreamState { return events.ReadStreamState(ctx, nc, st) })
 	attrs := []any{"nats", where, "embedded", srv != nil, "stream", st.CachedInfo().Config.Name,
-		"subjects", st.CachedInfo().Config.Subjects[0], "duplicate_window", time.Duration(e.EventsDupWindow), "auth", e.NATSAuth}
+		"subjects", st.CachedInfo().Config.Subjects[0], "duplicate_window", time.Duration(e.EventsDupWindow), "auth", e.NATSAuth, "callout", e.NATSCalloutKey != ""}
 	if len(relayed) > 0 {
 		attrs = append(attrs, "relayed_from", strings.Join(relayed, ","))
 	}
-	if len(e.NATSNodeURLs) > 0 && srv != nil && e.NATSAuth {
+	if len(e.NATSNodeURLs) > 0 && (srv != nil && e.NATSAuth || e.NATSCalloutKey != "") {
 		attrs = append(attrs, "node_urls", strings.Join(e.NATSNodeURLs, ","))
 	}
 	log.Info("events", attrs...)
 	return func(ctx context.Context) error {
 		defer stop()
 		defer app.api.Metrics().SetEvents(nil)
-		if auth == nil {
+		if sweep == nil {
 			<-ctx.Done()
 			return nil
 		}
@@ -448,8 +498,11 @@ func attachEvents(ctx context.Context, app *fleetApp, log *slog.Logger) (func(co
 			case <-tick.C:
 			case <-app.controller.PlanChanges():
 			}
-			if users, err := auth.Sweep(srv); err != nil {
-				log.Warn("nats-auth: listing connections", "err", err)
+			sctx, cancel := context.WithTimeout(ctx, natsSweepTimeout)
+			users, err := sweep(sctx)
+			cancel()
+			if err != nil {
+				log.Warn("nats-auth: sweeping connections", "err", err, "disconnected", users)
 			} else if len(users) > 0 {
 				log.Info("nats-auth: disconnected clients whose permissions changed (lease lapsed, shards moved or worker removed)", "users", users)
 			}
@@ -463,6 +516,10 @@ func attachEvents(ctx context.Context, app *fleetApp, log *slog.Logger) (func(co
 // natsSweepEvery is how often serve disconnects NATS clients whose
 // permissions changed (and at once when the plan changes).
 const natsSweepEvery = 2 * time.Second
+
+// natsSweepTimeout bounds one sweep: on a cluster, listing the
+// connections of every server and the kicks.
+const natsSweepTimeout = 10 * time.Second
 
 func natsAuthorizer(app *fleetApp, eventsApp string) (*natsauth.File, *natsauth.Authorizer, error) {
 	f, err := natsauth.Open(filepath.Join(app.cfg.dataDir(), natsauth.FileName))

@@ -101,10 +101,36 @@ func StartProcesses(t testing.TB, bin, prefix string) *Cluster {
 	if _, err := os.Stat(bin); err != nil {
 		t.Skipf("no %s (apt-get install nats-server): %v", bin, err)
 	}
-	ports := freeport.Ports(t, 3)
+	return startProcesses(t, bin, prefix, procConfig{})
+}
+
+// procConfig is how startProcesses runs the servers; the zero value is on
+// loopback, in the test's own network.
+type procConfig struct {
+	// extra is appended to each server's config file.
+	extra string
+	// host is the address the servers listen on (clients and routes);
+	// "" is 127.0.0.1.
+	host string
+	// command makes a server's command (exec.Command if nil; a test's
+	// network namespace runs them inside it).
+	command func(name string, arg ...string) *exec.Cmd
+	// ready are the options of the connection that waits for each
+	// server's client listener (credentials, a dialer into a namespace).
+	ready []nats.Option
+}
+
+// startProcesses starts three servers of bin as pc says.
+func startProcesses(t testing.TB, bin, prefix string, pc procConfig) *Cluster {
+	t.Helper()
+	host := pc.host
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	ports := freeport.Ports(t, 3) // free here; in a fresh namespace every port is
 	var quoted []string
-	for _, r := range routes(ports) {
-		quoted = append(quoted, `"`+r+`"`)
+	for _, p := range ports {
+		quoted = append(quoted, fmt.Sprintf(`"nats://%s:%d"`, host, p))
 	}
 	c := &Cluster{}
 	var portsDirs []string
@@ -112,15 +138,15 @@ func StartProcesses(t testing.TB, bin, prefix string) *Cluster {
 		name := fmt.Sprintf("%s%d", prefix, i+1)
 		dir := t.TempDir()
 		conf := fmt.Sprintf(`server_name: %q
-listen: "127.0.0.1:-1"
+listen: "%s:-1"
 ports_file_dir: %q
 jetstream { store_dir: %q }
 cluster {
   name: %q
-  listen: "127.0.0.1:%d"
+  listen: "%s:%d"
   routes: [%s]
 }
-`, name, dir, filepath.Join(dir, "js"), prefix, ports[i], strings.Join(quoted, ", "))
+%s`, name, host, dir, filepath.Join(dir, "js"), prefix, host, ports[i], strings.Join(quoted, ", "), pc.extra)
 		path := filepath.Join(dir, "nats.conf")
 		if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 			t.Fatal(err)
@@ -129,9 +155,14 @@ cluster {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command(bin, "-c", path)
+		var cmd *exec.Cmd
+		if pc.command != nil {
+			cmd = pc.command(bin, "-c", path)
+		} else {
+			cmd = exec.Command(bin, "-c", path)
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		}
 		cmd.Stdout, cmd.Stderr = logf, logf
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -152,7 +183,7 @@ cluster {
 		portsDirs = append(portsDirs, dir)
 	}
 	for i, dir := range portsDirs {
-		u, err := clientURL(dir)
+		u, err := clientURL(dir, pc.ready...)
 		if err != nil {
 			log, _ := os.ReadFile(filepath.Join(dir, "server.log"))
 			t.Fatalf("nats-server %s: %v\n%s", c.Names[i], err, log)
@@ -164,7 +195,7 @@ cluster {
 
 // clientURL waits for a server's ports file in dir and for its client
 // listener to accept a connection.
-func clientURL(dir string) (string, error) {
+func clientURL(dir string, opts ...nats.Option) (string, error) {
 	deadline := time.Now().Add(readyTimeout)
 	for {
 		matches, _ := filepath.Glob(filepath.Join(dir, "*.ports"))
@@ -173,7 +204,7 @@ func clientURL(dir string) (string, error) {
 				Nats []string `json:"nats"`
 			}
 			if b, err := os.ReadFile(matches[0]); err == nil && json.Unmarshal(b, &pf) == nil && len(pf.Nats) > 0 {
-				if nc, err := nats.Connect(pf.Nats[0], nats.MaxReconnects(0)); err == nil {
+				if nc, err := nats.Connect(pf.Nats[0], append([]nats.Option{nats.MaxReconnects(0)}, opts...)...); err == nil {
 					nc.Close()
 					return pf.Nats[0], nil
 				}

@@ -3,7 +3,9 @@
 // secret that node passwords are derived from and the hashes of the
 // workers' tokens (`dpxe workers add NAME`). Its Authorizer gives a node
 // the permissions of the shards it holds (events.NodePermissions) and a
-// worker those of a bot worker (events.WorkerPermissions).
+// worker those of a bot worker (events.WorkerPermissions); its Decide is
+// the one decision behind both the embedded server (Authorize) and an
+// external cluster's auth callout (fleet/events/natscallout).
 package natsauth
 
 import (
@@ -238,38 +240,146 @@ type Authorizer struct {
 	shardsOf ShardsOf
 
 	mu sync.Mutex
-	// granted is, per node connection (its remote address), the user and
-	// the shards it was let in with.
+	// granted is, per node connection of the embedded server (its remote
+	// address), the user and the permissions tag it was let in with.
 	granted map[string]grant
 }
 
 type grant struct {
-	user, shards string
-	at           time.Time
+	user, tag string
+	at        time.Time
 }
 
-// shardsKey is a comparable form of a shard list.
-func shardsKey(shards []uint32) string { return fmt.Sprint(shards) }
+// Refusals: why Decide let a user not in. They name no secret, so they
+// may be logged and sent to the broker.
+var (
+	// ErrUnknownUser means the user is neither node-<ID> nor a worker
+	// of the credentials file.
+	ErrUnknownUser = errors.New("unknown user")
+	// ErrBadPassword means the password is not the user's.
+	ErrBadPassword = errors.New("wrong password")
+	// ErrNoLease means the node is unknown to the controller, deleted,
+	// or its lease lapsed.
+	ErrNoLease = errors.New("node holds no live lease")
+)
 
-// Stale reports whether the connection of user from remote no longer has
-// the permissions it would get now: a node whose lease lapsed, that was
-// deleted, or whose shards changed since it connected, a worker that was
-// removed from the file. Other users are never stale.
-func (a *Authorizer) Stale(user, remote string) bool {
+// Grant is one decision of the Authorizer: the user let in, what it may
+// publish and subscribe to, and a tag naming those permissions.
+type Grant struct {
+	User        string
+	Permissions events.Permissions
+	// Tag is a short digest of Permissions (PermissionsTag): a
+	// connection let in with another tag than its user's of now is stale.
+	Tag string
+}
+
+// PermissionsTag is a short digest of p, the same for equal permissions:
+// 16 hex digits of SHA-256 over their description.
+func PermissionsTag(p events.Permissions) string {
+	sum := sha256.Sum256([]byte(p.String()))
+	return hex.EncodeToString(sum[:8])
+}
+
+// Decide is the one decision of who may connect with which permissions,
+// for the embedded server (Authorize) and for a cluster's auth callout
+// (fleet/events/natscallout): node-<ID> with NodePassword(ID) while the
+// controller has the node live, with its shards' permissions; a worker
+// with its token, with a bot worker's. A refusal wraps ErrUnknownUser,
+// ErrBadPassword or ErrNoLease.
+func (a *Authorizer) Decide(user, password string) (Grant, error) {
+	switch {
+	case strings.HasPrefix(user, NodePrefix):
+		id := strings.TrimPrefix(user, NodePrefix)
+		if id == "" || a.shardsOf == nil {
+			return Grant{}, fmt.Errorf("%q: %w", user, ErrUnknownUser)
+		}
+		want := a.f.NodePassword(id)
+		if subtle.ConstantTimeCompare([]byte(password), []byte(want)) != 1 {
+			return Grant{}, fmt.Errorf("%q: %w", user, ErrBadPassword)
+		}
+		shards, ok := a.shardsOf(id)
+		if !ok {
+			return Grant{}, fmt.Errorf("%q: %w", user, ErrNoLease)
+		}
+		p, err := events.NodePermissions(a.app, shards)
+		if err != nil {
+			return Grant{}, fmt.Errorf("%q: %w", user, err)
+		}
+		return Grant{User: user, Permissions: p, Tag: PermissionsTag(p)}, nil
+	case strings.HasPrefix(user, WorkerPrefix):
+		name := strings.TrimPrefix(user, WorkerPrefix)
+		a.f.mu.Lock()
+		err := a.f.reloadLocked()
+		w, ok := a.f.data.Workers[name]
+		a.f.mu.Unlock()
+		if err != nil {
+			return Grant{}, fmt.Errorf("%q: %w", user, err)
+		}
+		if !ok {
+			return Grant{}, fmt.Errorf("%q: %w", user, ErrUnknownUser)
+		}
+		sum := sha256.Sum256([]byte(password))
+		if subtle.ConstantTimeCompare([]byte(hex.EncodeToString(sum[:])), []byte(w.SHA256)) != 1 {
+			return Grant{}, fmt.Errorf("%q: %w", user, ErrBadPassword)
+		}
+		p, err := events.WorkerPermissions(a.app)
+		if err != nil {
+			return Grant{}, fmt.Errorf("%q: %w", user, err)
+		}
+		return Grant{User: user, Permissions: p, Tag: PermissionsTag(p)}, nil
+	}
+	return Grant{}, fmt.Errorf("%q: %w", user, ErrUnknownUser)
+}
+
+// Current returns the tag of the permissions user would be let in with
+// now (its password aside), and false for a user that may not connect
+// now: a node the controller does not have live, a removed worker. Other
+// users (not node- or worker-) are the broker's own and always true, with
+// an empty tag.
+func (a *Authorizer) Current(user string) (tag string, ok bool) {
 	switch {
 	case strings.HasPrefix(user, NodePrefix):
 		shards, ok := a.shardsOf(strings.TrimPrefix(user, NodePrefix))
-		a.mu.Lock()
-		g, seen := a.granted[remote]
-		a.mu.Unlock()
-		return !ok || !seen || g.user != user || g.shards != shardsKey(shards)
+		if !ok {
+			return "", false
+		}
+		p, err := events.NodePermissions(a.app, shards)
+		if err != nil {
+			return "", false
+		}
+		return PermissionsTag(p), true
 	case strings.HasPrefix(user, WorkerPrefix):
 		a.f.mu.Lock()
 		defer a.f.mu.Unlock()
 		if err := a.f.reloadLocked(); err != nil {
-			return false // keep what works while the file is being rewritten
+			return "", true // keep what works while the file is being rewritten
 		}
-		_, ok := a.f.data.Workers[strings.TrimPrefix(user, WorkerPrefix)]
+		if _, ok := a.f.data.Workers[strings.TrimPrefix(user, WorkerPrefix)]; !ok {
+			return "", false
+		}
+		p, err := events.WorkerPermissions(a.app)
+		if err != nil {
+			return "", false
+		}
+		return PermissionsTag(p), true
+	}
+	return "", true
+}
+
+// Stale reports whether the embedded server's connection of user from
+// remote no longer has the permissions it would get now: a node whose
+// lease lapsed, that was deleted, or whose shards changed since it
+// connected, a worker that was removed from the file. Other users are
+// never stale.
+func (a *Authorizer) Stale(user, remote string) bool {
+	tag, ok := a.Current(user)
+	switch {
+	case strings.HasPrefix(user, NodePrefix):
+		a.mu.Lock()
+		g, seen := a.granted[remote]
+		a.mu.Unlock()
+		return !ok || !seen || g.user != user || g.tag != tag
+	case strings.HasPrefix(user, WorkerPrefix):
 		return !ok
 	}
 	return false
@@ -304,47 +414,18 @@ func (a *Authorizer) Sweep(srv *embedded.Server) ([]string, error) {
 	return out, nil
 }
 
-// Authorize implements embedded.Authorizer.
+// Authorize implements embedded.Authorizer with Decide.
 func (a *Authorizer) Authorize(user, password, remote string) (embedded.Permissions, bool) {
-	switch {
-	case strings.HasPrefix(user, NodePrefix):
-		id := strings.TrimPrefix(user, NodePrefix)
-		if id == "" || a.shardsOf == nil {
-			return embedded.Permissions{}, false
-		}
-		want := a.f.NodePassword(id)
-		if subtle.ConstantTimeCompare([]byte(password), []byte(want)) != 1 {
-			return embedded.Permissions{}, false
-		}
-		shards, ok := a.shardsOf(id)
-		if !ok {
-			return embedded.Permissions{}, false
-		}
-		p, err := events.NodePermissions(a.app, shards)
-		if err != nil {
-			return embedded.Permissions{}, false
-		}
-		a.mu.Lock()
-		a.granted[remote] = grant{user: user, shards: shardsKey(shards), at: time.Now()}
-		a.mu.Unlock()
-		return embedded.Permissions(p), true
-	case strings.HasPrefix(user, WorkerPrefix):
-		name := strings.TrimPrefix(user, WorkerPrefix)
-		a.f.mu.Lock()
-		err := a.f.reloadLocked()
-		w, ok := a.f.data.Workers[name]
-		a.f.mu.Unlock()
-		if err != nil || !ok {
-			return embedded.Permissions{}, false
-		}
-		sum := sha256.Sum256([]byte(password))
-		if subtle.ConstantTimeCompare([]byte(hex.EncodeToString(sum[:])), []byte(w.SHA256)) != 1 {
-			return embedded.Permissions{}, false
-		}
-		p, err := events.WorkerPermissions(a.app)
-		return embedded.Permissions(p), err == nil
+	g, err := a.Decide(user, password)
+	if err != nil {
+		return embedded.Permissions{}, false
 	}
-	return embedded.Permissions{}, false
+	if strings.HasPrefix(user, NodePrefix) {
+		a.mu.Lock()
+		a.granted[remote] = grant{user: user, tag: g.Tag, at: time.Now()}
+		a.mu.Unlock()
+	}
+	return embedded.Permissions(g.Permissions), true
 }
 
 // NodeAccess returns what a node's check-in answer carries with
