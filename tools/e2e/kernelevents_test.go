@@ -173,6 +173,12 @@ func TestKernelEventsNodeKilled(t *testing.T) {
 // credentials file and the worker's password too (neither may reach a
 // node's console).
 func (l *gwLab) connectWorker(subnet string) (*nats.Conn, *natsauth.File, string) {
+	return l.connectWorkerTo("nats://"+subnet+".1:4222", nats.NoReconnect())
+}
+
+// connectWorkerTo is connectWorker to the broker URLs urls (comma
+// separated), with more client options.
+func (l *gwLab) connectWorkerTo(urls string, more ...nats.Option) (*nats.Conn, *natsauth.File, string) {
 	t := l.t
 	t.Helper()
 	f, err := natsauth.Open(filepath.Join(l.dir, natsauth.FileName))
@@ -185,8 +191,8 @@ func (l *gwLab) connectWorker(subnet string) (*nats.Conn, *natsauth.File, string
 	}
 	var nc *nats.Conn
 	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(300 * time.Millisecond) {
-		nc, err = nats.Connect("nats://"+subnet+".1:4222", nats.UserInfo("worker-tester", pass), nats.SetCustomDialer(nsDialer{l.ns.Name}),
-			nats.NoReconnect())
+		opts := append([]nats.Option{nats.UserInfo("worker-tester", pass), nats.SetCustomDialer(nsDialer{l.ns.Name})}, more...)
+		nc, err = nats.Connect(urls, opts...)
 		if err == nil {
 			break
 		}

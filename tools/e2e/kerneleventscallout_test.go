@@ -13,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/discord-pxe/dpxe/fleet/events/eventstest"
-	"github.com/discord-pxe/dpxe/fleet/events/natsauth"
 	"github.com/discord-pxe/dpxe/tools/gatewayemu"
 )
 
@@ -84,20 +83,7 @@ func TestKernelEventsCallout(t *testing.T) {
 	l.allSessionsAt(want, 90*time.Second)
 
 	// A worker the callout lets in reads the stream from the survivors.
-	f, err := natsauth.Open(filepath.Join(l.dir, natsauth.FileName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pass, err := f.AddWorker("tester")
-	if err != nil {
-		t.Fatal(err)
-	}
-	nc, err := nats.Connect(c.ClientURLs(), nats.UserInfo("worker-tester", pass), nats.SetCustomDialer(nsDialer{l.ns.Name}),
-		nats.MaxReconnects(-1))
-	if err != nil {
-		t.Fatalf("worker: %v", err)
-	}
-	defer nc.Close()
+	nc, f, pass := l.connectWorkerTo(c.ClientURLs(), nats.MaxReconnects(-1))
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
