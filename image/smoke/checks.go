@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/discord-pxe/dpxe/appliance"
+	"github.com/discord-pxe/dpxe/image"
 	"github.com/discord-pxe/dpxe/image/qemu"
 )
 
@@ -90,8 +91,9 @@ func endOf(res *qemu.Result, halted bool, timeout time.Duration, accel string) b
 // expect is what a path's console must show.
 type expect struct {
 	path    Path
-	version string // kernel version from manifest.json
-	node    string // node ID in the boot config
+	version string           // kernel version from manifest.json
+	node    string           // node ID in the boot config
+	trust   *image.TrustInfo // manifest.json's trust anchors; nil: none recorded
 }
 
 var bannerRE = regexp.MustCompile(`Discord-PXE shard kernel (\S+)`)
@@ -126,7 +128,7 @@ func haltReason(serial string) string {
 
 // checkBoot checks what every path's console shows: the banner with the
 // kernel version, the boot source, the config line, and the trust-anchor
-// set (not yet printed by the kernel).
+// set.
 func checkBoot(serial string, want expect) []Check {
 	var cs []Check
 	if m := bannerRE.FindStringSubmatch(serial); m == nil {
@@ -155,17 +157,50 @@ func checkBoot(serial string, want expect) []Check {
 	} else {
 		cs = append(cs, Check{"config", Pass, "from " + want.path.From + ", node " + want.node})
 	}
-	cs = append(cs, checkAnchors(serial))
+	cs = append(cs, checkTSC(serial), checkAnchors(serial, want.trust))
 	return cs
 }
 
-// checkAnchors is where the banner's trust-anchor set hash will be
-// compared with the one the image was built with. The kernel prints none
-// yet and manifest.json records none: built-in anchors (`dpxe build
-// --trust`) come with the TLS issue, which adds both, and this check
-// then compares them. Until then it says so instead of passing.
-func checkAnchors(string) Check {
-	return Check{"anchors", NotApplicable, "the kernel has no built-in trust anchors yet (TLS issue): no anchor-set hash to compare"}
+// tscRE is the kernel's calibration line (core/kmain.inc).
+var tscRE = regexp.MustCompile(`^tsc: (\d+) cycles/ms \(([a-z]+)\)$`)
+
+// checkTSC wants the TSC calibrated: every timer the kernel keeps
+// (heartbeats, leases, TCP) counts TSC cycles, so 0 cycles/ms would stop
+// them all.
+func checkTSC(serial string) Check {
+	l, ok := consoleLine(serial, "tsc: ")
+	if !ok {
+		return Check{"tsc", Fail, "no \"tsc: N cycles/ms (SOURCE)\" line on the serial console"}
+	}
+	m := tscRE.FindStringSubmatch(l)
+	if m == nil || m[1] == "0" || strings.TrimLeft(m[1], "0") != m[1] {
+		return Check{"tsc", Fail, fmt.Sprintf("%q: the TSC is not calibrated", l)}
+	}
+	return Check{"tsc", Pass, m[1] + " cycles/ms from " + m[2]}
+}
+
+// checkAnchors compares the kernel's "tls: anchors=N sha256=HEX" line
+// (tls/anchors.inc: the SHA-256 of the anchor blob compiled in) with the
+// trust set manifest.json records for the build. A manifest without one
+// (an image built before the kernel had anchors) has nothing to compare,
+// and the check says so instead of passing.
+func checkAnchors(serial string, trust *image.TrustInfo) Check {
+	if trust == nil {
+		return Check{"anchors", NotApplicable, "manifest.json records no trust anchors (built by a dpxe without them): nothing to compare"}
+	}
+	l, ok := consoleLine(serial, "tls: anchors=")
+	if !ok {
+		d := "no \"tls: anchors=N sha256=...\" line on the serial console"
+		if h := haltReason(serial); h != "" {
+			d += "; the kernel halted: " + h
+		}
+		return Check{"anchors", Fail, d}
+	}
+	want := fmt.Sprintf("tls: anchors=%d sha256=%s", len(trust.Anchors), trust.SHA256)
+	if l != want {
+		return Check{"anchors", Fail, fmt.Sprintf("%q on the console, manifest.json says %q", l, want)}
+	}
+	return Check{"anchors", Pass, fmt.Sprintf("%d anchors, sha256 %s as in manifest.json", len(trust.Anchors), trust.SHA256)}
 }
 
 // checkSelfTest checks a selftest=1 boot: QEMU's exit status, the boot

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/discord-pxe/dpxe/appliance"
+	"github.com/discord-pxe/dpxe/image"
 	"github.com/discord-pxe/dpxe/image/qemu"
 )
 
@@ -19,7 +20,7 @@ const testSeed = 4242
 func selfTestConsole(p Path, node string, ref *reference) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\r\nDiscord-PXE shard kernel 0.1.0\r\nboot: %s loader=x\r\n", p.Source)
-	fmt.Fprintf(&b, "memory: 255 MiB usable in 2 regions\r\nconfig: from=%s node=%s controller= cred=none selftest=1\r\n", p.From, node)
+	fmt.Fprintf(&b, "memory: 255 MiB usable in 2 regions\r\ntsc: 2893406 cycles/ms (cpuid)\r\nconfig: from=%s node=%s controller= cred=none selftest=1\r\n", p.From, node)
 	fmt.Fprintf(&b, "selftest: seed=%d\r\n", ref.seed)
 	fields, size := appliance.ShardLayout()
 	fmt.Fprintf(&b, "layout SHARD size %d\r\n", size)
@@ -99,17 +100,43 @@ func TestCheckSelfTest(t *testing.T) {
 	}
 }
 
-func TestCheckBootAnchorsNotFaked(t *testing.T) {
-	cs := checkBoot(selfTestConsole(Paths[0], "n", newReference(1)), expect{path: Paths[0], node: "n"})
-	for _, c := range cs {
-		if c.Name == "anchors" {
-			if c.Status != NotApplicable {
-				t.Errorf("anchors check %+v: there is nothing to compare yet, it must say so", c)
+// TestCheckBootAnchors compares the kernel's anchors line with the
+// manifest's trust set: equal passes, any difference or no line fails
+// naming both, and a manifest without a trust set is n/a, never a pass.
+func TestCheckBootAnchors(t *testing.T) {
+	trust := &image.TrustInfo{SHA256: strings.Repeat("ab", 32), Anchors: make([]image.AnchorInfo, 3)}
+	line := "tls: anchors=3 sha256=" + trust.SHA256 + "\r\n"
+	plain := selfTestConsole(Paths[0], "n", newReference(1))
+	with := strings.Replace(plain, "memory: ", line+"memory: ", 1)
+	for _, tc := range []struct {
+		name   string
+		serial string
+		trust  *image.TrustInfo
+		status Status
+		detail string
+	}{
+		{"equal", with, trust, Pass, "3 anchors, sha256 " + trust.SHA256},
+		{"no manifest trust set", with, nil, NotApplicable, "records no trust anchors"},
+		{"no console line", plain, trust, Fail, `no "tls: anchors=N sha256=..." line`},
+		{"other hash", strings.Replace(with, "sha256=abab", "sha256=cdab", 1), trust, Fail, `manifest.json says "tls: anchors=3 sha256=abab`},
+		{"other count", strings.Replace(with, "anchors=3", "anchors=4", 1), trust, Fail, `"tls: anchors=4 sha256=`},
+		{"hash prefix only", strings.Replace(with, trust.SHA256, trust.SHA256[:62], 1), trust, Fail, "manifest.json says"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got *Check
+			for _, c := range checkBoot(tc.serial, expect{path: Paths[0], node: "n", trust: tc.trust}) {
+				if c.Name == "anchors" {
+					got = &c
+				}
 			}
-			return
-		}
+			if got == nil {
+				t.Fatal("no anchors check")
+			}
+			if got.Status != tc.status || !strings.Contains(got.Detail, tc.detail) {
+				t.Errorf("anchors check %s %q, want %s with %q", got.Status, got.Detail, tc.status, tc.detail)
+			}
+		})
 	}
-	t.Error("no anchors check")
 }
 
 func TestVerdictPrefersErrors(t *testing.T) {

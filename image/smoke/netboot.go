@@ -138,7 +138,7 @@ func (s *run) netboot(ctx context.Context, p Path, res *Result) {
 	if at, ok := con.At(lineReady); ok {
 		res.ToLine = at
 	}
-	res.Checks = append(res.Checks, checkBoot(qr.Serial, expect{path: p, version: art.version, node: node})...)
+	res.Checks = append(res.Checks, checkBoot(qr.Serial, expect{path: p, version: art.version, node: node, trust: art.manifest.Trust})...)
 	mu.Lock()
 	defer mu.Unlock()
 	if _, ok := con.Line(lineReady); !ok {

@@ -50,7 +50,13 @@ func TestRunSelfTestPaths(t *testing.T) {
 	// source and config checks, which shows they are read per path.
 	p := Paths[0]
 	console := filepath.Join(t.TempDir(), "console")
-	os.WriteFile(console, []byte(strings.Replace(selfTestConsole(p, "smoke-kernel-seabios", ref), "0.1.0", "0.0.1-fixture", 1)), 0o644)
+	m, err := readManifest(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial := strings.Replace(selfTestConsole(p, "smoke-kernel-seabios", ref), "0.1.0", "0.0.1-fixture", 1)
+	serial = strings.Replace(serial, "config: ", fmt.Sprintf("tls: anchors=%d sha256=%s\r\nconfig: ", len(m.Trust.Anchors), m.Trust.SHA256), 1)
+	os.WriteFile(console, []byte(serial), 0o644)
 	dir := fakeQEMU(t, console, qemu.ExitPass)
 	paths, _ := ParsePaths("kernel-seabios,disk-seabios")
 	var mu sync.Mutex

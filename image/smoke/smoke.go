@@ -341,7 +341,7 @@ func (s *run) selfTest(ctx context.Context, p Path, res *Result) {
 	if at, ok := con.At(lineSelfTestPass); ok {
 		res.ToLine = at
 	}
-	res.Checks = append(res.Checks, checkSelfTest(endOf(qr, halted, s.o.Timeout, res.Accel), expect{path: p, version: art.version, node: node}, s.ref)...)
+	res.Checks = append(res.Checks, checkSelfTest(endOf(qr, halted, s.o.Timeout, res.Accel), expect{path: p, version: art.version, node: node, trust: art.manifest.Trust}, s.ref)...)
 	if qr.Stderr != "" && !qr.Passed() {
 		res.Log = Tail(qr.Stderr, 5)
 	}
