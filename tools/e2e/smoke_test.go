@@ -300,6 +300,16 @@ func smokeBroken(t *testing.T, s *smokeSandbox) {
 			os.WriteFile(filepath.Join(out, image.KernelFile), k, 0o644)
 			rewriteManifestDigest(t, out, image.KernelFile, k)
 		}, []string{"FAIL  kernel-seabios", "banner: kernel 0.1.9 on the console, manifest.json says 0.1.0", "serial console, last"}},
+		{"another trust set than the manifest's", "other-trust", "kernel-ovmf", func(t *testing.T, out string) {
+			// A manifest whose anchor set is not the one compiled into
+			// kernel.bin (an image rebuilt with other --trust files).
+			editManifest(t, out, func(m *image.Manifest) {
+				if m.Trust == nil {
+					t.Fatal("manifest.json records no trust set")
+				}
+				m.Trust.SHA256 = strings.Repeat("0", 64)
+			})
+		}, []string{"FAIL  kernel-ovmf", `anchors: "tls: anchors=`, `manifest.json says "tls: anchors=`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			broken := filepath.Join(s.dir, "broken-"+tc.dir)
@@ -356,6 +366,20 @@ func editBytes(t *testing.T, name string, off int, mask byte) {
 // out/manifest.json to those of data.
 func rewriteManifestDigest(t *testing.T, out, name string, data []byte) {
 	t.Helper()
+	editManifest(t, out, func(m *image.Manifest) {
+		for i := range m.Artifacts {
+			if m.Artifacts[i].Path == name {
+				m.Artifacts[i].Size = int64(len(data))
+				sum := sha256.Sum256(data)
+				m.Artifacts[i].SHA256 = hex.EncodeToString(sum[:])
+			}
+		}
+	})
+}
+
+// editManifest rewrites out/manifest.json with edit applied.
+func editManifest(t *testing.T, out string, edit func(*image.Manifest)) {
+	t.Helper()
 	p := filepath.Join(out, image.ManifestFile)
 	b, err := os.ReadFile(p)
 	if err != nil {
@@ -365,13 +389,7 @@ func rewriteManifestDigest(t *testing.T, out, name string, data []byte) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		t.Fatal(err)
 	}
-	for i := range m.Artifacts {
-		if m.Artifacts[i].Path == name {
-			m.Artifacts[i].Size = int64(len(data))
-			sum := sha256.Sum256(data)
-			m.Artifacts[i].SHA256 = hex.EncodeToString(sum[:])
-		}
-	}
+	edit(&m)
 	nb, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		t.Fatal(err)
