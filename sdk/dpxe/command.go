@@ -45,6 +45,10 @@ type CommandConfig struct {
 	// retry-after, when that comes before ctx ends (off by default: a
 	// worker that floods a shard usually wants to know).
 	RetryRateLimited bool
+	// OnRetry, when set, is called with each refusal the Commander is
+	// about to send again (for logs and metrics), from the sending
+	// goroutine; it must not block.
+	OnRetry func(err error)
 }
 
 // The backoff between attempts of a refused command: from retryMin,
@@ -60,8 +64,6 @@ const (
 type Commander struct {
 	nc  *nats.Conn
 	cfg CommandConfig
-	// onRetry, when set (tests), sees every refusal that is retried.
-	onRetry func(error)
 }
 
 // NewCommander sends through nc (which it does not close).
@@ -148,8 +150,8 @@ func (c *Commander) SendToShard(ctx context.Context, shard uint32, op int, d any
 			}
 			return err
 		}
-		if c.onRetry != nil {
-			c.onRetry(err)
+		if c.cfg.OnRetry != nil {
+			c.cfg.OnRetry(err)
 		}
 		last = err
 		backoff = min(2*backoff, retryMax)

@@ -80,9 +80,8 @@ func TestCommanderRoutesAndReports(t *testing.T) {
 	if err := c3.SendToShard(ctx, 0, OpPresenceUpdate, map[string]any{}); !errors.As(err, &ce) || ce.Code != events.CodeNotOwner || !ce.Retryable() {
 		t.Errorf("no node serves the shard: %v", err)
 	}
-	c3, _ = NewCommander(f.nc, CommandConfig{App: "other", Shards: 1, Timeout: 300 * time.Millisecond})
 	retried := 0
-	c3.onRetry = func(error) { retried++ }
+	c3, _ = NewCommander(f.nc, CommandConfig{App: "other", Shards: 1, Timeout: 300 * time.Millisecond, OnRetry: func(error) { retried++ }})
 	start := time.Now()
 	err = c3.SendToShard(context.Background(), 0, OpPresenceUpdate, map[string]any{}) // Timeout bounds it
 	if took := time.Since(start); !errors.As(err, &ce) || ce.Code != events.CodeNotOwner || !errors.Is(err, context.DeadlineExceeded) || retried < 3 ||
@@ -162,21 +161,20 @@ func TestCommanderFollowsAMovingShard(t *testing.T) {
 		v.Owned = aOwns.Load()
 		return v
 	})
-	c, err := NewCommander(worker, CommandConfig{App: "bot", Shards: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var refusals sync.Map // "A/not_owner", "/not_owner" (no responders), "B/not_ready" -> *atomic.Int64
 	count := func(key string) int64 {
 		v, _ := refusals.LoadOrStore(key, new(atomic.Int64))
 		return v.(*atomic.Int64).Load()
 	}
-	c.onRetry = func(err error) {
+	c, err := NewCommander(worker, CommandConfig{App: "bot", Shards: 1, OnRetry: func(err error) {
 		var ce *CommandError
 		if errors.As(err, &ce) {
 			v, _ := refusals.LoadOrStore(ce.Node+"/"+ce.Code, new(atomic.Int64))
 			v.(*atomic.Int64).Add(1)
 		}
+	}})
+	if err != nil {
+		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), testDeadline)
 	defer cancel()
