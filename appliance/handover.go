@@ -23,3 +23,21 @@ func HandoverSeq(received uint32, inFlight bool, firstInFlight uint32) uint32 {
 	}
 	return min(firstInFlight-1, received)
 }
+
+// DeliveryLag is a shard's event delivery lag as its status reports it:
+// the sequence received minus the acknowledged one (EventsAckedSeq). A
+// status reports no received sequence as such: a shard with a resumable
+// session reports its hand-over sequence (Seq, HandoverSeq), which is
+// the received one when nothing is in flight and the one before the
+// first dispatch in flight otherwise, the dispatches in flight following
+// it one sequence each, so the received sequence is Seq plus
+// EventsInFlight. ok is false without a resumable session (SessionID and
+// SeqValid), or with an acknowledged sequence above the received one (an
+// older session's): then there is no lag to tell.
+func DeliveryLag(st *ShardStatus) (lag uint64, ok bool) {
+	received := uint64(st.Seq) + uint64(st.EventsInFlight)
+	if !st.SeqValid || st.SessionID == "" || received < uint64(st.EventsAckedSeq) {
+		return 0, false
+	}
+	return received - uint64(st.EventsAckedSeq), true
+}

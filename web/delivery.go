@@ -77,15 +77,10 @@ func eventRate(r float64) string {
 // node reports none (delivery is reported per node: a publishing node
 // reports every shard, at 0 too).
 //
-// The lag is the received sequence minus the acknowledged one. The
-// kernel reports no received sequence as such: a shard with a resumable
-// session reports the sequence it would hand over from (seq,
-// appliance.HandoverSeq), which is the last received when nothing is in
-// flight, and the one before the first dispatch in flight otherwise, the
-// dispatches in flight following it one sequence each. So the received
-// sequence is seq plus the dispatches in flight. Without a resumable
-// session, or with an acknowledged sequence above that (an older
-// session's), there is no lag to show.
+// The lag is the received sequence minus the acknowledged one
+// (appliance.DeliveryLag): without a resumable session, or with an
+// acknowledged sequence above the received one (an older session's),
+// there is no lag to show.
 func BuildShardDelivery(st appliance.ShardStatus, reported bool) *view.ShardDelivery {
 	if !reported {
 		return nil
@@ -93,8 +88,7 @@ func BuildShardDelivery(st appliance.ShardStatus, reported bool) *view.ShardDeli
 	v := &view.ShardDelivery{Published: groupDigits(uint64(st.EventsPublished)), AckedSeq: groupDigits(uint64(st.EventsAckedSeq)),
 		InFlight: groupDigits(uint64(st.EventsInFlight)), Lost: groupDigits(uint64(st.EventsLost)),
 		Skipped: groupDigits(uint64(st.EventsSkipped)), HasLost: st.EventsLost > 0}
-	if received := uint64(st.Seq) + uint64(st.EventsInFlight); st.SeqValid && st.SessionID != "" && received >= uint64(st.EventsAckedSeq) {
-		lag := received - uint64(st.EventsAckedSeq)
+	if lag, ok := appliance.DeliveryLag(&st); ok {
 		v.Lag, v.Lagging = groupDigits(lag), lag > 0
 	}
 	return v

@@ -37,9 +37,11 @@ func TestRealPrometheusScrapes(t *testing.T) {
 		`sum(dpxe_node_request_duration_seconds_count{job="dpxe",route="checkin",code="200"})`: "3",
 	})
 	// Every panel but the netboot and event-delivery ones: this controller
-	// runs neither. cmd/dpxe's TestServeNetbootMetrics and
-	// TestServeEventsExternalCluster check those against a dpxe serve.
-	special := promtest.Reads("dpxe_netboot_", "dpxe_events_")
+	// runs neither, and its node reports no delivery. cmd/dpxe's
+	// TestServeNetbootMetrics and TestServeEventsExternalCluster check the
+	// first two against a dpxe serve, fleet/metrics's
+	// TestDeliveryMetricsPrometheus the nodes' delivery.
+	special := promtest.Reads("dpxe_netboot_", "dpxe_events_", "dpxe_node_delivery_", "dpxe_node_broker_")
 	promtest.CheckDashboard(t, prom, "../../docs/grafana/dpxe-fleet.json", "dpxe", func(q string) bool {
 		return !special(q)
 	})

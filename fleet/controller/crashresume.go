@@ -24,11 +24,13 @@ import (
 // holder starts the shard on another session instead (Discord refused the
 // Resume with op 9, or it was not resumed in time), the dispatches of the
 // old session after that sequence are lost: counted (Gateway().SessionGaps)
-// and reported as a session_gap event.
+// and reported as a session_gap event. So is a session the holder itself
+// reported and then did not resume (noteOwnGapLocked).
 
-// EventSessionGap: a shard's hand-off was not resumed: its next holder
-// runs a new session, so the old session's dispatches after the hand-off's
-// sequence were not delivered.
+// EventSessionGap: a shard's hand-off was not resumed (its next holder
+// runs a new session), or its holder's own reported session ended without
+// a Resume: the old session's dispatches after the reported sequence were
+// not delivered.
 const EventSessionGap = "session_gap"
 
 // EventCrashHandoff: a node's lease lapsed while it held a shard with a
@@ -60,6 +62,12 @@ func (c *Controller) noteSessionsLocked(t time.Time, n *node, reported []applian
 			continue
 		}
 		old := c.sessions[s]
+		if old != nil && st.State != appliance.ShardFatal && st.SessionID != old.state.SessionID && c.ownRecordLocked(n, s, old) {
+			// n runs s without the session it reported under this
+			// grant: that session ended on n without a Resume.
+			c.noteOwnGapLocked(t, n, s, old, fmt.Sprintf("it reports the shard %s %s", st.State, sessionWord(st.SessionID)), st.CloseCode)
+			old = nil
+		}
 		rs, ok := resumable(st)
 		if !ok {
 			if old != nil && old.node == n {
@@ -127,6 +135,47 @@ func (c *Controller) noteGapLocked(t time.Time, n *node, s uint32, h *handoff) {
 	c.eventLocked(t, EventSessionGap, n.id, &shard, fmt.Sprintf("hand-off from %s at seq %d not resumed: a new session runs; the old session's dispatches after seq %d were not delivered",
 		h.from.id, h.state.Seq, h.state.Seq))
 	c.log.Warn("session gap: hand-off not resumed", "shard", s, "node", n.id, "from", h.from.id, "seq", h.state.Seq)
+}
+
+// ownRecordLocked reports whether r, shard s's session record, is n's own
+// report under n's current grant of s: n has held s since it reported r,
+// with no hand-off between (a hand-off's record names the previous holder
+// or an earlier grant).
+func (c *Controller) ownRecordLocked(n *node, s uint32, r *shardSession) bool {
+	return r != nil && r.node == n && c.holder[s] == n && r.gen == c.grantGen[s]
+}
+
+// noteOwnGapLocked counts the end of a session n reported for shard s
+// under its current grant and did not resume: Discord refused its own
+// Resume after a drop (op 9, close 4007 or 4009) or the node lost it, and
+// n now starts or runs another session (how says which evidence showed
+// it: an Identify claim, or a check-in). The old session's dispatches
+// after the reported sequence were not delivered. The record is dropped,
+// so the same ending is counted once. A first Identify (no record), an
+// Identify after a hand-off (the record is the previous holder's, whose
+// gap settleHandoffsLocked counts) and a FATAL shard (its FATAL report
+// dropped the record; only an operator's restart brings it back) are
+// never counted here.
+func (c *Controller) noteOwnGapLocked(t time.Time, n *node, s uint32, r *shardSession, how string, closeCode uint16) {
+	c.gw.sessionGaps++
+	shard := s
+	code := ""
+	if closeCode != 0 {
+		code = fmt.Sprintf(", last close code %d", closeCode)
+	}
+	c.eventLocked(t, EventSessionGap, n.id, &shard, fmt.Sprintf("session on %s not resumed (%s%s): a new session runs; the old session's dispatches after seq %d were not delivered",
+		n.id, how, code, r.state.Seq))
+	c.log.Warn("session gap: own session not resumed", "shard", s, "node", n.id, "seq", r.state.Seq, "how", how, "close_code", closeCode)
+	delete(c.sessions, s)
+	c.stageSessionLocked(store.ShardSession{ShardID: s, NodeID: n.id, GrantGen: r.gen, Drop: true})
+}
+
+// sessionWord describes a reported session ID without naming it.
+func sessionWord(id string) string {
+	if id == "" {
+		return "without a session"
+	}
+	return "with another session"
 }
 
 // loadSessionsLocked restores the stored sessions after a load: a holder's

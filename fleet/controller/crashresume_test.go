@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/discord-pxe/dpxe/appliance"
+	"github.com/discord-pxe/dpxe/fleet/store"
 )
 
 // running is the status of a shard a node runs with a resumable session
@@ -222,5 +223,116 @@ func TestPlanChangesSignalled(t *testing.T) {
 	}
 	if !signalled() || signalled() {
 		t.Fatal("two plan changes: want one pending signal")
+	}
+}
+
+// TestOwnResumeRefusedCountsGap: a session a node reported for a shard it
+// still holds under the same grant, and then stopped running without a
+// Resume (Discord refused it: op 9, 4007, 4009), is counted as a gap once,
+// whether the controller learns it from the node's Identify claim or from
+// a check-in that shows the shard without that session; the ended record
+// is dropped durably, so a controller restart does not count it again. A
+// first Identify, an Identify after a hand-off (counted as the hand-off's
+// gap) and an Identify the operator asked for (restart of a FATAL shard)
+// are not counted.
+func TestOwnResumeRefusedCountsGap(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, Config{TotalShards: 4, Lease: 30 * time.Second, ResumeTTL: time.Minute, IdentifyWindow: time.Second})
+	h.add("a", "b")
+	gen := h.checkin("a", 4, 0).Generation
+	before := 0 // gaps counted by an earlier controller run (events stay)
+	gaps := func(want int, what string) {
+		t.Helper()
+		if got := h.c.Gateway().SessionGaps + before; got != want {
+			t.Fatalf("%s: session_gaps %d, want %d", what, got, want)
+		}
+		if got := len(h.events(EventSessionGap)); got != want {
+			t.Fatalf("%s: %d session_gap events, want %d", what, got, want)
+		}
+	}
+	lastGap := func() store.Event {
+		t.Helper()
+		evs := h.events(EventSessionGap)
+		return evs[len(evs)-1]
+	}
+	claim := func(node string, s uint32) {
+		t.Helper()
+		h.claim(node, s)
+		h.clock.Advance(time.Second) // past the bucket's window
+	}
+	for s := uint32(0); s < 4; s++ {
+		claim("a", s) // first Identifies: no session ended
+	}
+	gaps(0, "first Identifies")
+	h.checkinWith("a", 4, gen, running(0, "s0", 50), running(1, "s1", 60), running(2, "s2", 70), running(3, "s3", 80))
+	gaps(0, "sessions reported")
+
+	// Shard 0: the Resume after a drop is refused; the claim shows it.
+	claim("a", 0)
+	gaps(1, "claim after the session of shard 0")
+	if e := lastGap(); e.NodeID != "a" || e.ShardID == nil || *e.ShardID != 0 || !strings.Contains(e.Detail, "after seq 50 ") ||
+		!strings.Contains(e.Detail, "claimed an Identify") || strings.Contains(e.Detail, "s0") {
+		t.Fatalf("gap event %+v", e)
+	}
+	claim("a", 0) // a claim again (the first was refused, or its grant unused)
+	gaps(1, "second claim for shard 0")
+	// The dropped record is durable: a restarted controller does not
+	// count the same ending again.
+	if err := h.c.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.restart()
+	before = 1
+	claim("a", 0)
+	gaps(1, "claim after a controller restart")
+	h.checkinWith("a", 4, gen, running(0, "s0b", 5), running(1, "s1", 61), running(2, "s2", 71), running(3, "s3", 81))
+	gaps(1, "shard 0's new session reported")
+
+	// Shard 1: a check-in between the refusal and the claim shows it
+	// (BACKOFF without a session, closed 4009); the claim is not a second gap.
+	h.checkinWith("a", 4, gen, running(0, "s0b", 6),
+		appliance.ShardStatus{ID: 1, State: appliance.ShardBackoff, CloseCode: 4009},
+		running(2, "s2", 72), running(3, "s3", 82))
+	gaps(2, "shard 1 reported without its session")
+	if e := lastGap(); *e.ShardID != 1 || !strings.Contains(e.Detail, "after seq 61 ") || !strings.Contains(e.Detail, "close code 4009") {
+		t.Fatalf("gap event %+v", e)
+	}
+	claim("a", 1)
+	gaps(2, "claim for shard 1 after its check-in")
+	// Shard 2: a report of another session, the claim not seen.
+	h.checkinWith("a", 4, gen, running(0, "s0b", 7), running(1, "s1b", 3), running(2, "s2b", 1), running(3, "s3", 83))
+	gaps(3, "shard 2 reported with another session")
+	// Shard 3 goes FATAL (4004): no gap, and its restart asked by the
+	// operator is a new session on purpose.
+	fatal := appliance.ShardStatus{ID: 3, State: appliance.ShardFatal, CloseCode: 4004}
+	h.checkinWith("a", 4, gen, running(0, "s0b", 8), running(1, "s1b", 4), running(2, "s2b", 2), fatal)
+	gaps(3, "shard 3 FATAL")
+	if _, err := h.c.RestartFatal(ctx, "a", []uint32{3}); err != nil {
+		t.Fatal(err)
+	}
+	claim("a", 3)
+	h.checkinWith("a", 4, gen, running(0, "s0b", 9), running(1, "s1b", 5), running(2, "s2b", 3), running(3, "s3b", 1))
+	gaps(3, "shard 3 restarted by the operator")
+
+	// a crashes: b takes its sessions over. b's Resume of shard 0 is
+	// refused and b Identifies: one gap (the hand-off's), not two.
+	h.clock.Advance(31 * time.Second)
+	h.c.Tick()
+	rb := h.checkin("b", 4, 0)
+	if len(resumeOf(rb)) != 4 {
+		t.Fatalf("b's hand-offs: %+v", rb.Resume)
+	}
+	claim("b", 0)
+	gaps(3, "b claims shard 0 after the hand-off")
+	h.checkinWith("b", 4, rb.Generation, running(0, "sb0", 1), running(1, "s1b", 5), running(2, "s2b", 3), running(3, "s3b", 1))
+	gaps(4, "b runs another session of shard 0")
+	if e := lastGap(); *e.ShardID != 0 || !strings.Contains(e.Detail, "hand-off from a at seq 9") {
+		t.Fatalf("gap event %+v", e)
+	}
+	// b's own session of shard 0 then ends unresumed: counted on b.
+	claim("b", 0)
+	gaps(5, "b's own session of shard 0")
+	if e := lastGap(); e.NodeID != "b" || *e.ShardID != 0 || !strings.Contains(e.Detail, "after seq 1 ") {
+		t.Fatalf("gap event %+v", e)
 	}
 }

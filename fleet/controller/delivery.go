@@ -21,6 +21,9 @@ type NodeDelivery struct {
 	InFlight  uint64 `json:"in_flight"` // events_in_flight: dispatches awaiting their PubAck
 	Lost      uint64 `json:"lost"`      // events_lost: not published (oversize, no room)
 	Skipped   uint64 `json:"skipped"`   // events_skipped: not published, their type skipped
+	// Lag sums the shards' delivery lag (appliance.DeliveryLag: received
+	// minus acknowledged sequence) over the shards that have one.
+	Lag uint64 `json:"lag"`
 	// PublishRate is the events published per second between the node's
 	// two latest check-ins that carried delivery figures, RateWindowMS
 	// apart; RateWindowMS is 0 (and the rate unknown) until there are two
@@ -101,6 +104,9 @@ func nextDelivery(prev []appliance.ShardStatus, prevAt time.Time, cur []applianc
 		d.InFlight += uint64(s.EventsInFlight)
 		d.Lost += uint64(s.EventsLost)
 		d.Skipped += uint64(s.EventsSkipped)
+		if lag, ok := appliance.DeliveryLag(s); ok {
+			d.Lag += lag
+		}
 	}
 	if dt := t.Sub(prevAt); !prevAt.IsZero() && dt >= time.Millisecond && reportsDelivery(prev) {
 		d.PublishRate = float64(publishedSince(prev, cur)) / dt.Seconds()

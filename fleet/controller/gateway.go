@@ -127,7 +127,7 @@ type gatewayState struct {
 	warnedShards   int // recommended count last reported in the log
 	budgetTotalSet int // the budget total last reported as an event
 
-	sessionGaps int // hand-offs not resumed (crashresume.go)
+	sessionGaps int // sessions not resumed: hand-offs and holders' own (crashresume.go)
 }
 
 // GatewayBot is Discord's answer to GET /gateway/bot.
@@ -272,9 +272,10 @@ type GatewayView struct {
 	Failures          int       `json:"consecutive_failures"`
 	Handoffs          int       `json:"resume_handoffs"` // hand-offs on offer now
 	// SessionGaps counts hand-offs (after a release or a lapsed lease)
-	// whose shard's next holder started another session instead: the old
-	// session's dispatches after the hand-off's sequence were lost. Since
-	// this controller started.
+	// whose shard's next holder started another session instead, and
+	// sessions a holder reported under its current grant that ended there
+	// without a Resume (noteOwnGapLocked): the old session's dispatches
+	// after the reported sequence were lost. Since this controller started.
 	SessionGaps int `json:"session_gaps"`
 }
 

@@ -62,6 +62,13 @@ func (c *Controller) Identify(ctx context.Context, req appliance.IdentifyRequest
 		// A FATAL shard never claims: the node took the restart up.
 		c.restartDoneLocked(t, n, req.ShardID, "claimed an Identify")
 	}
+	if r := c.sessions[req.ShardID]; c.ownRecordLocked(n, req.ShardID, r) {
+		// n reported a session for the shard under this grant and now
+		// Identifies: that session ended without a Resume. (A shard the
+		// operator restarts from FATAL has no record: the FATAL report
+		// dropped it, so its new session is not a gap.)
+		c.noteOwnGapLocked(t, n, req.ShardID, r, "it claimed an Identify", lastCloseCode(n, req.ShardID))
+	}
 	c.refillBudgetLocked(t)
 	if req.UnusedGrant && c.order.at[req.ShardID] != 0 {
 		// The node discarded its last grant for this shard (the answer
@@ -111,6 +118,16 @@ func (c *Controller) Identify(ctx context.Context, req appliance.IdentifyRequest
 	resp.Granted = true
 	resp.UseWithinMS = uint32(appliance.GrantUseWithin(c.cfg.IdentifyWindow) / time.Millisecond)
 	return resp, nil
+}
+
+// lastCloseCode is the close code n last reported for shard s, 0 if none.
+func lastCloseCode(n *node, s uint32) uint16 {
+	for i := range n.status {
+		if n.status[i].ID == s {
+			return n.status[i].CloseCode
+		}
+	}
+	return 0
 }
 
 // grantAnswered restarts the window of a grant's bucket at the moment the

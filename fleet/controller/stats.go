@@ -27,6 +27,15 @@ type NodeStats struct {
 	// the node, so a sum falls when a shard leaves it).
 	HeartbeatMisses uint64
 	Reconnects      uint64
+	// Delivery is the live node's event delivery from its latest
+	// check-in (NodeDelivery), when DeliveryOK: false when that check-in
+	// carried none, or the node is not live.
+	Delivery   NodeDelivery
+	DeliveryOK bool
+	// Broker is the live node's broker connection state as its latest
+	// check-in reported it (appliance.BrokerUp or BrokerDown); "" when it
+	// reported none, or the node is not live.
+	Broker string
 }
 
 // ShardStats is one global shard in a FleetStats.
@@ -85,6 +94,10 @@ func (c *Controller) FleetStats() FleetStats {
 		if n.live {
 			ns.Range = n.plan
 			ns.LeaseDeadline = n.deadline
+			ns.Delivery, ns.DeliveryOK = n.delivery, n.deliveryOK
+			if n.broker != nil {
+				ns.Broker = n.broker.State
+			}
 		}
 		for i := range n.status {
 			ns.HeartbeatMisses += uint64(n.status[i].HeartbeatMisses)

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/discord-pxe/dpxe/appliance"
+	"github.com/discord-pxe/dpxe/fleet/controller"
 	"github.com/discord-pxe/dpxe/fleet/netboot/stats"
 	"github.com/discord-pxe/dpxe/fleet/security"
 )
@@ -45,6 +46,20 @@ var (
 	descNBRefusals   = desc("netboot_refusals_total", "Requests the netboot services refused or left unanswered, by reason (docs/metrics.md#netboot lists each service's reasons).", "service", "reason")
 	descNBErrors     = desc("netboot_errors_total", "Answers that failed on the way: a DHCP reply not sent, a TFTP transfer or an HTTP body that ended early.", "service")
 	descNBBytes      = desc("netboot_served_bytes_total", "Bytes the netboot services sent: DHCP replies, TFTP file data, HTTP response bodies.", "service")
+	descDelPublished = desc("delivery_published", "Messages the live nodes' shards wrote to the broker, resends included, summed over their latest check-ins (slot counters: falls when a node restarts or a shard leaves it).")
+	descDelRate      = desc("delivery_publish_rate", "Events per second the live nodes published between each one's two latest check-ins with delivery figures, summed over the nodes whose rate is known.")
+	descDelInFlight  = desc("delivery_in_flight", "Dispatches the live nodes' shards are waiting to have acknowledged by the broker (PubAck).")
+	descDelLost      = desc("delivery_lost", "Dispatches the live nodes' shards did not publish (over the broker's max_payload, no room), as their slots count them.")
+	descDelSkipped   = desc("delivery_skipped", "Dispatches the live nodes' shards did not publish because their event type is skipped.")
+	descDelLag       = desc("delivery_lag", "Received minus acknowledged sequence, summed over the live nodes' shards with a resumable session.")
+	descDelNodes     = desc("delivery_nodes", "Live nodes by the broker connection their latest check-in reported: up, down, or none (no broker report).", "broker")
+	descNodePub      = desc("node_delivery_published", "Messages the node's shards wrote to the broker, resends included (slot counters: falls when the node restarts or a shard leaves it).", "node")
+	descNodeRate     = desc("node_delivery_publish_rate", "Events per second the node published between its two latest check-ins with delivery figures (absent until known).", "node")
+	descNodeInFlight = desc("node_delivery_in_flight", "Dispatches the node's shards are waiting to have acknowledged by the broker (PubAck).", "node")
+	descNodeLost     = desc("node_delivery_lost", "Dispatches the node's shards did not publish (over the broker's max_payload, no room).", "node")
+	descNodeSkipped  = desc("node_delivery_skipped", "Dispatches the node's shards did not publish because their event type is skipped.", "node")
+	descNodeLag      = desc("node_delivery_lag", "Received minus acknowledged sequence, summed over the node's shards with a resumable session.", "node")
+	descNodeBroker   = desc("node_broker_up", "1 while the node's connection to the NATS broker is up, 0 while down, as its latest check-in reported (absent without a report).", "node")
 	descNodeSeries   = desc("metrics_node_series", "1 when this scrape has the series labelled by node (--metrics-node-series; by default only while the inventory has at most --metrics-node-series-limit nodes).")
 )
 
@@ -56,7 +71,9 @@ func (f *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
 		descRebalancing, descMaxConc, descBudgetTotal, descBudgetLeft, descBudgetRes, descBudgetReset, descReady,
 		descUnready, descPingBound, descShardPing, descNodeUp, descNodeDraining, descNodeCap, descNodeShards,
 		descNodeLease, descNodeMisses, descNodeReconn, descNodePing, descRefusals, descNodeSeries,
-		descNBRequests, descNBAnswers, descNBRefusals, descNBErrors, descNBBytes} {
+		descNBRequests, descNBAnswers, descNBRefusals, descNBErrors, descNBBytes,
+		descDelPublished, descDelRate, descDelInFlight, descDelLost, descDelSkipped, descDelLag, descDelNodes,
+		descNodePub, descNodeRate, descNodeInFlight, descNodeLost, descNodeSkipped, descNodeLag, descNodeBroker} {
 		ch <- d
 	}
 	for _, d := range eventsDescs {
@@ -174,6 +191,8 @@ func (f *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- gauge(descCloseCode, otherCode, "other")
 
 	var live, draining, down float64
+	var del controller.NodeDelivery // the live nodes' sums
+	var brokerUp, brokerDown, brokerNone float64
 	perNode := f.m.opts.nodeSeries(len(fs.Nodes))
 	for i := range fs.Nodes {
 		n := &fs.Nodes[i]
@@ -184,6 +203,26 @@ func (f *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 			live++
 		default:
 			down++
+		}
+		if n.Live {
+			if d := &n.Delivery; n.DeliveryOK {
+				del.Published += d.Published
+				del.InFlight += d.InFlight
+				del.Lost += d.Lost
+				del.Skipped += d.Skipped
+				del.Lag += d.Lag
+				if d.RateWindowMS > 0 {
+					del.PublishRate += d.PublishRate
+				}
+			}
+			switch n.Broker {
+			case appliance.BrokerUp:
+				brokerUp++
+			case "":
+				brokerNone++
+			default:
+				brokerDown++
+			}
 		}
 		if !perNode {
 			continue
@@ -202,7 +241,29 @@ func (f *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- gauge(descNodeShards, a.pending, n.ID, "pending")
 		ch <- gauge(descNodeLease, max(0, n.LeaseDeadline.Sub(fs.At).Seconds()), n.ID)
 		ch <- a.ping.metric(descNodePing, n.ID)
+		if d := &n.Delivery; n.DeliveryOK {
+			ch <- gauge(descNodePub, float64(d.Published), n.ID)
+			ch <- gauge(descNodeInFlight, float64(d.InFlight), n.ID)
+			ch <- gauge(descNodeLost, float64(d.Lost), n.ID)
+			ch <- gauge(descNodeSkipped, float64(d.Skipped), n.ID)
+			ch <- gauge(descNodeLag, float64(d.Lag), n.ID)
+			if d.RateWindowMS > 0 {
+				ch <- gauge(descNodeRate, d.PublishRate, n.ID)
+			}
+		}
+		if n.Broker != "" {
+			ch <- gauge(descNodeBroker, boolf(n.Broker == appliance.BrokerUp), n.ID)
+		}
 	}
+	ch <- gauge(descDelPublished, float64(del.Published))
+	ch <- gauge(descDelRate, del.PublishRate)
+	ch <- gauge(descDelInFlight, float64(del.InFlight))
+	ch <- gauge(descDelLost, float64(del.Lost))
+	ch <- gauge(descDelSkipped, float64(del.Skipped))
+	ch <- gauge(descDelLag, float64(del.Lag))
+	ch <- gauge(descDelNodes, brokerUp, appliance.BrokerUp)
+	ch <- gauge(descDelNodes, brokerDown, appliance.BrokerDown)
+	ch <- gauge(descDelNodes, brokerNone, "none")
 	ch <- gauge(descNodes, live, "live")
 	ch <- gauge(descNodes, draining, "draining")
 	ch <- gauge(descNodes, down, "down")

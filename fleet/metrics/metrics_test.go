@@ -50,6 +50,9 @@ type fleet struct {
 	st    *store.Store
 	clock *clock
 	gen   map[string]uint64
+	// broker is what each node reports as its broker connection (none
+	// when absent).
+	broker map[string]*appliance.BrokerStatus
 }
 
 func newFleet(t testing.TB, cfg controller.Config) *fleet {
@@ -68,14 +71,14 @@ func newFleet(t testing.TB, cfg controller.Config) *fleet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fleet{c: c, st: st, clock: ck, gen: map[string]uint64{}}
+	return &fleet{c: c, st: st, clock: ck, gen: map[string]uint64{}, broker: map[string]*appliance.BrokerStatus{}}
 }
 
 // checkin checks node id in, reporting status for the shards the
 // callback gives (nil: none), and returns the shards it may run.
 func (f *fleet) checkin(t testing.TB, id string, capacity int, status func(s uint32) *appliance.ShardStatus, run []uint32) []uint32 {
 	t.Helper()
-	req := appliance.CheckinRequest{NodeID: id, Capacity: capacity, Generation: f.gen[id]}
+	req := appliance.CheckinRequest{NodeID: id, Capacity: capacity, Generation: f.gen[id], NATS: f.broker[id]}
 	for _, s := range run {
 		if status != nil {
 			if st := status(s); st != nil {
@@ -103,8 +106,9 @@ func (f *fleet) checkin(t testing.TB, id string, capacity int, status func(s uin
 }
 
 // settle checks every node in until all hold their ranges and have
-// reported status, four rounds (learn, acknowledge, hold, report).
-func (f *fleet) settle(t testing.TB, ids []string, capacity int, status func(node string, s uint32) *appliance.ShardStatus) {
+// reported status, four rounds (learn, acknowledge, hold, report), and
+// returns the shards each may run.
+func (f *fleet) settle(t testing.TB, ids []string, capacity int, status func(node string, s uint32) *appliance.ShardStatus) map[string][]uint32 {
 	t.Helper()
 	run := map[string][]uint32{}
 	for range 4 {
@@ -112,6 +116,7 @@ func (f *fleet) settle(t testing.TB, ids []string, capacity int, status func(nod
 			run[id] = f.checkin(t, id, capacity, func(s uint32) *appliance.ShardStatus { return status(id, s) }, run[id])
 		}
 	}
+	return run
 }
 
 func addNodes(t testing.TB, c *controller.Controller, ids ...string) {
@@ -327,9 +332,22 @@ func TestNodeSeriesLimit(t *testing.T) {
 	addNodes(t, f.c, ids...)
 	const limit = 3
 	m := metrics.New(f.c, metrics.Options{NodeSeriesLimit: limit})
-	f.settle(t, ids, 8, func(node string, s uint32) *appliance.ShardStatus {
-		return &appliance.ShardStatus{State: appliance.ShardReady, PingMS: float64(s + 1)}
-	})
+	// Every series a node can have: delivery figures, a known publish
+	// rate (a fifth round of check-ins a second later) and a broker report.
+	published := uint32(10)
+	status := func(node string, s uint32) *appliance.ShardStatus {
+		return &appliance.ShardStatus{State: appliance.ShardReady, PingMS: float64(s + 1), EventsPublished: published,
+			EventsAckedSeq: published, SeqValid: true, SessionID: "s", Seq: published, ResumeURL: "ws://10.0.0.9:9000/"}
+	}
+	for _, id := range ids {
+		f.broker[id] = &appliance.BrokerStatus{State: appliance.BrokerUp, Connects: 1}
+	}
+	run := f.settle(t, ids, 8, status)
+	f.clock.advance(time.Second)
+	published = 20
+	for _, id := range ids {
+		f.checkin(t, id, 8, func(s uint32) *appliance.ShardStatus { return status(id, s) }, run[id])
+	}
 	count := func(mode metrics.NodeSeriesMode) (all, node int, text string) {
 		t.Helper()
 		m.SetNodeSeries(mode, limit)

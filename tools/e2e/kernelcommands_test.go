@@ -4,13 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"regexp"
 	"sort"
 	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/discord-pxe/dpxe/fleet/events"
+	"github.com/discord-pxe/dpxe/sdk/dpxe"
 	"github.com/discord-pxe/dpxe/tools/gatewayemu"
 	"github.com/nats-io/nats.go"
 )
@@ -228,6 +233,12 @@ func commandTo(t *testing.T, nc *nats.Conn, shard uint32, body string) (events.C
 // moved shard's by cmd-b and the other's by cmd-a: the subscriptions
 // follow the grant, the release and the reconnect. No answer for the moved
 // shard comes from cmd-a after that, except not_owner.
+//
+// Throughout the move a worker sends a presence update to each shard every
+// second through the SDK's Commander (its retry of not_owner, no responders
+// and not_ready on, rate_limited retried too): every one of them ends ok,
+// the moved shard's after several refusals the SDK sent again (the move's
+// window), and several after the move answered by cmd-b.
 func TestKernelCommandsHandOver(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -258,6 +269,56 @@ func TestKernelCommandsHandOver(t *testing.T) {
 			t.Fatalf("cmd-a does not answer both shards: %v", owners())
 		}
 	}
+	// The SDK's workers, one a shard, from before the move to after it.
+	var mu sync.Mutex
+	retried := map[uint32]map[string]int{0: {}, 1: {}} // shard -> node/code -> refusals sent again
+	var sentOK [2]atomic.Int64
+	var failed atomic.Pointer[error]
+	cmd, err := dpxe.NewCommander(nc, dpxe.CommandConfig{App: "bot", Shards: 2, RetryRateLimited: true, OnRetry: func(err error) {
+		var ce *dpxe.CommandError
+		if errors.As(err, &ce) {
+			mu.Lock()
+			retried[ce.Shard][ce.Node+"/"+ce.Code]++
+			mu.Unlock()
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for shard := uint32(0); shard < 2; shard++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(time.Second) // the pace: inside the send budget with the probes below
+			defer tick.Stop()
+			for {
+				cctx, ccancel := context.WithTimeout(ctx, 90*time.Second)
+				err := cmd.SendToShard(cctx, shard, dpxe.OpPresenceUpdate,
+					map[string]any{"since": nil, "activities": []any{}, "status": "online", "afk": false})
+				ccancel()
+				if err != nil {
+					err = fmt.Errorf("SDK command for shard %d: %w", shard, err)
+					failed.CompareAndSwap(nil, &err)
+					return
+				}
+				sentOK[shard].Add(1)
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+				}
+			}
+		}()
+	}
+	stopSDK := func() {
+		close(stop)
+		wg.Wait()
+		if e := failed.Load(); e != nil {
+			t.Fatal(*e)
+		}
+	}
 	b := l.boot("cmd-b", "virtio-net-pci", 2)
 	if b.serial.waitFor(regexp.MustCompile(`nats: connected to`), 120*time.Second) == nil {
 		t.Fatal("cmd-b did not connect to the broker")
@@ -280,6 +341,29 @@ func TestKernelCommandsHandOver(t *testing.T) {
 		moved = 1
 	}
 	t.Logf("shard %d moved to cmd-b; answered ok by %v", moved, o)
+	// The SDK's worker of the moved shard goes on past the move.
+	after := sentOK[moved].Load()
+	for deadline := time.Now().Add(60 * time.Second); sentOK[moved].Load() < after+3; time.Sleep(100 * time.Millisecond) {
+		if e := failed.Load(); e != nil {
+			t.Fatal(*e)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the SDK's commands for shard %d: %d ok, none more after the move", moved, after)
+		}
+	}
+	stopSDK()
+	mu.Lock()
+	t.Logf("SDK: %d and %d commands ok for shards 0 and 1; refusals sent again: %v", sentOK[0].Load(), sentOK[1].Load(), retried)
+	n := 0
+	for key, k := range retried[moved] {
+		if key != "/"+events.CodeRateLimited && !strings.HasSuffix(key, "/"+events.CodeRateLimited) {
+			n += k
+		}
+	}
+	mu.Unlock()
+	if n == 0 {
+		t.Errorf("no SDK command for shard %d was refused during the move (not_owner, no responders, not_ready): the move's window was not crossed", moved)
+	}
 	for i := 0; i < 10; i++ {
 		r, err := commandTo(t, nc, moved, presence)
 		if err != nil {
