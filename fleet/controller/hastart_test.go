@@ -1,0 +1,154 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/discord-pxe/dpxe/fleet/store"
+	"github.com/discord-pxe/dpxe/fleet/store/pgtest"
+)
+
+// levelLog is a slog handler that keeps the records at Warn and above.
+type levelLog struct {
+	mu   sync.Mutex
+	recs []string
+}
+
+func (l *levelLog) Enabled(_ context.Context, lv slog.Level) bool { return lv >= slog.LevelWarn }
+func (l *levelLog) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.recs = append(l.recs, r.Level.String()+" "+r.Message)
+	return nil
+}
+func (l *levelLog) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *levelLog) WithGroup(string) slog.Handler      { return l }
+
+func (l *levelLog) records() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.recs)
+}
+
+// tableRows counts the rows of every table of the store's PostgreSQL
+// schema: what a replica wrote shows as a change.
+func tableRows(t *testing.T, st *store.Store) map[string]int {
+	t.Helper()
+	ctx := context.Background()
+	rows, err := st.DB().QueryContext(ctx, `SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, n)
+	}
+	rows.Close()
+	if len(names) == 0 {
+		t.Fatal("no tables in the store's schema")
+	}
+	out := map[string]int{}
+	for _, n := range names {
+		var c int
+		if err := st.DB().QueryRowContext(ctx, fmt.Sprintf(`SELECT count(*) FROM %q`, n)).Scan(&c); err != nil {
+			t.Fatal(err)
+		}
+		out[n] = c
+	}
+	return out
+}
+
+// discordFigures is a GET /gateway/bot answer with max_concurrency mc.
+func discordFigures(mc int) GatewayBot {
+	var g GatewayBot
+	g.URL = "wss://gateway.example.test"
+	g.Shards = 4
+	g.SessionStartLimit.Total = 1000
+	g.SessionStartLimit.Remaining = 990
+	g.SessionStartLimit.ResetAfter = 3_600_000
+	g.SessionStartLimit.MaxConcurrency = mc
+	return g
+}
+
+// openPostgres opens a store on a fresh PostgreSQL database (pgtest).
+func openPostgres(t *testing.T) *store.Store {
+	t.Helper()
+	st, err := store.Open(context.Background(), pgtest.DB(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// leadAs makes c lead for holder on st and returns the term.
+func leadAs(t *testing.T, c *Controller, st *store.Store, holder string) uint64 {
+	t.Helper()
+	ctx := context.Background()
+	l, err := st.Campaign(ctx, holder, "http://"+holder, time.Minute)
+	if err != nil || !l.Leader {
+		t.Fatalf("campaign: %+v %v", l, err)
+	}
+	if err := c.Lead(ctx, store.Fence{Holder: holder, Term: l.Term}, "http://"+holder, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	return l.Term
+}
+
+// TestFollowerGatewayRefreshWritesNothing, on PostgreSQL: a follower
+// replica applies a GET /gateway/bot answer without an error (an error
+// would make its refresh loop log a failure and fetch again within
+// seconds): max_concurrency is taken in memory, nothing is written (no
+// table changes) and nothing is logged at Warn or above. Once it leads,
+// Discord's figures are recorded (the budget row).
+func TestFollowerGatewayRefreshWritesNothing(t *testing.T) {
+	ctx := context.Background()
+	st := openPostgres(t)
+	logs := &levelLog{}
+	c, err := New(ctx, st, Config{TotalShards: 4, MaxConcurrency: 1, RebalanceEvery: -1}, newFakeClock().Now, slog.New(logs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.EnableHA(nil)
+	before := tableRows(t, st)
+	if after, err := c.FetchGatewayBot(ctx, fixedFetcher{discordFigures(2)}); err != nil || after != 0 {
+		t.Fatalf("a follower's GET /gateway/bot: %v (retry after %v), want it applied without error", err, after)
+	}
+	if mc := c.Config().MaxConcurrency; mc != 2 {
+		t.Errorf("the follower's max_concurrency after Discord's answer: %d, want 2", mc)
+	}
+	if err := c.Flush(ctx); err != nil {
+		t.Fatalf("a follower's flush: %v", err)
+	}
+	if after := tableRows(t, st); !maps.Equal(before, after) {
+		t.Fatalf("a follower wrote to the store: rows before %v, after %v", before, after)
+	}
+	if recs := logs.records(); len(recs) != 0 {
+		t.Fatalf("a follower logged at Warn or above: %q", recs)
+	}
+	leadAs(t, c, st, "r1")
+	if _, err := c.FetchGatewayBot(ctx, fixedFetcher{discordFigures(2)}); err != nil {
+		t.Fatalf("the leader's GET /gateway/bot: %v", err)
+	}
+	if b, ok, err := st.LoadBudget(ctx); err != nil || !ok || b.Total != 1000 || b.Remaining != 990 {
+		t.Fatalf("the leader's budget after Discord's answer: %+v %v %v, want 990 of 1000", b, ok, err)
+	}
+	if recs := logs.records(); len(recs) != 0 {
+		t.Errorf("logged at Warn or above: %q", recs)
+	}
+}
+
+// fixedFetcher answers every GET /gateway/bot with g.
+type fixedFetcher struct{ g GatewayBot }
+
+func (f fixedFetcher) Fetch(context.Context) (GatewayBot, time.Duration, error) { return f.g, 0, nil }
