@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -145,6 +146,42 @@ func TestFollowerGatewayRefreshWritesNothing(t *testing.T) {
 	}
 	if recs := logs.records(); len(recs) != 0 {
 		t.Errorf("logged at Warn or above: %q", recs)
+	}
+}
+
+// TestReplicaStartWritesNothing, on PostgreSQL: a controller made as a
+// replica (Config.Replica, what `dpxe serve` does on a postgres:// --db)
+// starts as a follower and writes nothing, neither its controller_start
+// event nor the budget row the empty database lacks (no table changes);
+// when it takes the lead it records its start under the fence, as
+// "leader of term N", with the budget row.
+func TestReplicaStartWritesNothing(t *testing.T) {
+	ctx := context.Background()
+	st := openPostgres(t)
+	before := tableRows(t, st)
+	c, err := New(ctx, st, Config{TotalShards: 4, Replica: true, RebalanceEvery: -1}, newFakeClock().Now, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := c.Role(); !r.HA || r.Leading {
+		t.Fatalf("a replica's role after New: %+v, want a follower", r)
+	}
+	if err := c.Flush(ctx); err != nil {
+		t.Fatalf("a follower's flush: %v", err)
+	}
+	if after := tableRows(t, st); !maps.Equal(before, after) {
+		t.Fatalf("a replica wrote to the store when it started: rows before %v, after %v", before, after)
+	}
+	term := leadAs(t, c, st, "r1")
+	evs, err := st.Events(ctx, 0, EventControllerStart, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 1 || !strings.HasPrefix(evs[0].Detail, fmt.Sprintf("leader of term %d:", term)) {
+		t.Fatalf("controller_start events after the lead: %+v, want one of term %d", evs, term)
+	}
+	if b, ok, err := st.LoadBudget(ctx); err != nil || !ok || b.Total != DefaultSessionBudget {
+		t.Fatalf("budget row after the lead: %+v %v %v, want the default %d", b, ok, err, DefaultSessionBudget)
 	}
 }
 
