@@ -126,6 +126,10 @@ type gatewayState struct {
 	discordMC      uint32
 	warnedShards   int // recommended count last reported in the log
 	budgetTotalSet int // the budget total last reported as an event
+	// unrecorded is the session budget of the last answer a follower
+	// replica took without writing it (ApplyGatewayBot); Lead records it
+	// when the store has no budget row yet.
+	unrecorded *store.Budget
 
 	sessionGaps int // hand-offs not resumed (crashresume.go)
 }
@@ -219,9 +223,11 @@ func (c *Controller) ApplyGatewayBot(ctx context.Context, g GatewayBot) error {
 			"total_shards", c.cfg.TotalShards, "fixed", gw.totalFixed)
 	}
 	if !record {
+		gw.unrecorded = &store.Budget{Total: l.Total, Remaining: l.Remaining, ResetAt: t.Add(time.Duration(l.ResetAfter) * time.Millisecond)}
 		c.mu.Unlock()
 		return nil
 	}
+	gw.unrecorded = nil
 	event := l.Total != gw.budgetTotalSet
 	gw.budgetTotalSet = l.Total
 	seq := c.setBudgetLocked(t, l.Total, l.Remaining, time.Duration(l.ResetAfter)*time.Millisecond, event)

@@ -138,6 +138,15 @@ func TestFollowerGatewayRefreshWritesNothing(t *testing.T) {
 		t.Fatalf("a follower logged at Warn or above: %q", recs)
 	}
 	leadAs(t, c, st, "r1")
+	// The stored budget (written by the single controller's start here,
+	// by the previous leader in production) stays until the leader's
+	// own fetch: the follower's figures may be older than its grants.
+	if b, ok, err := st.LoadBudget(ctx); err != nil || !ok || b.Remaining != DefaultSessionBudget {
+		t.Fatalf("the stored budget after the lead: %+v %v %v, want the stored default", b, ok, err)
+	}
+	if b := c.Budget(); b.Remaining != DefaultSessionBudget {
+		t.Fatalf("the leader's budget after the lead: %+v, want the stored default", b)
+	}
 	if _, err := c.FetchGatewayBot(ctx, fixedFetcher{discordFigures(2)}); err != nil {
 		t.Fatalf("the leader's GET /gateway/bot: %v", err)
 	}
@@ -152,9 +161,11 @@ func TestFollowerGatewayRefreshWritesNothing(t *testing.T) {
 // TestReplicaStartWritesNothing, on PostgreSQL: a controller made as a
 // replica (Config.Replica, what `dpxe serve` does on a postgres:// --db)
 // starts as a follower and writes nothing, neither its controller_start
-// event nor the budget row the empty database lacks (no table changes);
-// when it takes the lead it records its start under the fence, as
-// "leader of term N", with the budget row.
+// event nor the budget row the empty database lacks, also when it applies
+// a GET /gateway/bot answer (no table changes); when it takes the lead it
+// records its start under the fence, as "leader of term N", with the
+// budget row holding the figures of that answer (not the default), as a
+// single controller's first fetch would.
 func TestReplicaStartWritesNothing(t *testing.T) {
 	ctx := context.Background()
 	st := openPostgres(t)
@@ -165,6 +176,9 @@ func TestReplicaStartWritesNothing(t *testing.T) {
 	}
 	if r := c.Role(); !r.HA || r.Leading {
 		t.Fatalf("a replica's role after New: %+v, want a follower", r)
+	}
+	if _, err := c.FetchGatewayBot(ctx, fixedFetcher{discordFigures(1)}); err != nil {
+		t.Fatalf("a follower's GET /gateway/bot: %v", err)
 	}
 	if err := c.Flush(ctx); err != nil {
 		t.Fatalf("a follower's flush: %v", err)
@@ -180,8 +194,11 @@ func TestReplicaStartWritesNothing(t *testing.T) {
 	if len(evs) != 1 || !strings.HasPrefix(evs[0].Detail, fmt.Sprintf("leader of term %d:", term)) {
 		t.Fatalf("controller_start events after the lead: %+v, want one of term %d", evs, term)
 	}
-	if b, ok, err := st.LoadBudget(ctx); err != nil || !ok || b.Total != DefaultSessionBudget {
-		t.Fatalf("budget row after the lead: %+v %v %v, want the default %d", b, ok, err, DefaultSessionBudget)
+	if b, ok, err := st.LoadBudget(ctx); err != nil || !ok || b.Total != 1000 || b.Remaining != 990 {
+		t.Fatalf("budget row after the lead: %+v %v %v, want Discord's 990 of 1000 fetched while following", b, ok, err)
+	}
+	if sets, err := st.Events(ctx, 0, EventBudgetConfigured, 10); err != nil || len(sets) != 1 {
+		t.Fatalf("budget_set events after the lead: %+v %v, want one", sets, err)
 	}
 }
 
