@@ -197,7 +197,10 @@ func parseServeFlags(args []string) (serveConfig, error) {
 func (c serveConfig) controllerConfig() controller.Config {
 	return controller.Config{TotalShards: c.TotalShards, MaxConcurrency: c.MaxConcurrency,
 		Lease: time.Duration(c.Lease), IdentifyWindow: time.Duration(c.IdentifyWindow),
-		SessionBudget: c.SessionBudget, SessionReserve: c.SessionReserve, ResumeTTL: time.Duration(c.ResumeTTL)}
+		SessionBudget: c.SessionBudget, SessionReserve: c.SessionReserve, ResumeTTL: time.Duration(c.ResumeTTL),
+		// On PostgreSQL every serve is a replica (serve_ha.go): it writes
+		// nothing until it leads.
+		Replica: store.IsPostgresURL(c.DB)}
 }
 
 // fleetApp is the assembled fleet manager: one store, one controller, one

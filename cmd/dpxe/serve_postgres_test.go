@@ -116,4 +116,15 @@ func TestServeOnPostgres(t *testing.T) {
 	if err != nil || len(grants) != 1 || grants[0].ShardID == nil || *grants[0].ShardID != 1 {
 		t.Fatalf("grant events in PostgreSQL: %+v %v", grants, err)
 	}
+	// On PostgreSQL serve is a replica: each start is recorded when it
+	// takes the lead, under its term's fence, and never before.
+	starts, err := st.Events(ctx, 0, "controller_start", 10)
+	if err != nil || len(starts) != 2 {
+		t.Fatalf("controller_start events in PostgreSQL: %+v %v, want one per start", starts, err)
+	}
+	for _, e := range starts {
+		if !strings.HasPrefix(e.Detail, "leader of term ") {
+			t.Errorf("controller_start %q was not written by a leader", e.Detail)
+		}
+	}
 }

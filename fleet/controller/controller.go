@@ -124,6 +124,12 @@ type Config struct {
 	// ResumeTTL is how long a resume hand-off is offered to the shard's
 	// next holder (DefaultResumeTTL; 1s..10m).
 	ResumeTTL time.Duration
+	// Replica makes the controller one of several replicas on one
+	// database (ha.go): New writes nothing and the controller follows,
+	// as after EnableHA, until it leads; Lead records its
+	// controller_start event (and the budget row when there is none)
+	// under its term's fence.
+	Replica bool
 }
 
 // Check reports whether New would accept c, without opening anything, so
@@ -258,7 +264,8 @@ type Controller struct {
 // uses now as its clock. Every node the store shows as live, or as possibly
 // running shards, is treated as live for one more full lease from now, and
 // no rebalance happens before then: a node may have renewed just before the
-// previous controller stopped.
+// previous controller stopped. It records a controller_start event; with
+// cfg.Replica it writes nothing and follows until Lead (ha.go).
 func New(ctx context.Context, st *store.Store, cfg Config, now func() time.Time, log *slog.Logger) (*Controller, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
@@ -269,6 +276,16 @@ func New(ctx context.Context, st *store.Store, cfg Config, now func() time.Time,
 	c, restored, err := load(ctx, st, cfg, now, log, false)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Replica {
+		// A follower writes nothing: its start is recorded when it
+		// takes the lead (Lead), fenced by its term; what load staged
+		// (a budget row the store lacks) is staged again then.
+		c.stage = stage{}
+		c.ha.enabled = true
+		log.Info("controller loaded; following until this replica leads", "nodes", len(c.nodes), "generation", c.gen,
+			"total_shards", cfg.TotalShards, "max_concurrency", cfg.MaxConcurrency, "lease", cfg.Lease)
+		return c, nil
 	}
 	c.eventLocked(now(), EventControllerStart, "", nil, c.loadDetail(restored))
 	if err := c.Flush(ctx); err != nil {

@@ -126,6 +126,10 @@ type gatewayState struct {
 	discordMC      uint32
 	warnedShards   int // recommended count last reported in the log
 	budgetTotalSet int // the budget total last reported as an event
+	// unrecorded is the session budget of the last answer a follower
+	// replica took without writing it (ApplyGatewayBot); Lead records it
+	// when the store has no budget row yet.
+	unrecorded *store.Budget
 
 	sessionGaps int // sessions not resumed: hand-offs and holders' own (crashresume.go)
 }
@@ -169,6 +173,11 @@ func (g *GatewayBot) Validate() error {
 // changes nothing and is returned as an error. A URL nodes cannot dial
 // (neither ws:// nor wss://) is not handed out: the last good one
 // stays, and the reason shows in the log and in Gateway().LastError.
+//
+// A follower replica (ha.go) writes nothing: it takes the URL, the shard
+// count and max_concurrency in memory, so they are in use when it leads,
+// and leaves the budget and the audit events to the leader, which
+// fetches the same figures.
 func (c *Controller) ApplyGatewayBot(ctx context.Context, g GatewayBot) error {
 	if err := g.Validate(); err != nil {
 		c.GatewayFetchFailed(err)
@@ -178,6 +187,7 @@ func (c *Controller) ApplyGatewayBot(ctx context.Context, g GatewayBot) error {
 	t := c.now()
 	l := g.SessionStartLimit
 	c.mu.Lock()
+	record := !c.ha.enabled || c.ha.leading // a follower writes nothing
 	gw := &c.gw
 	gw.fetchedAt, gw.failures, gw.shards, gw.discordMC = t, 0, g.Shards, uint32(l.MaxConcurrency)
 	switch {
@@ -197,7 +207,7 @@ func (c *Controller) ApplyGatewayBot(ctx context.Context, g GatewayBot) error {
 		mc = gw.mcOperator
 	}
 	if mc != c.cfg.MaxConcurrency {
-		c.setMaxConcurrencyLocked(t, mc)
+		c.setMaxConcurrencyLocked(t, mc, record)
 	}
 	if g.Shards != int(c.cfg.TotalShards) && g.Shards != gw.warnedShards {
 		gw.warnedShards = g.Shards
@@ -205,11 +215,19 @@ func (c *Controller) ApplyGatewayBot(ctx context.Context, g GatewayBot) error {
 		if gw.totalFixed {
 			how = "--total-shards / total_shards fixes the count; change it and restart to follow"
 		}
-		detail := fmt.Sprintf("Discord recommends %d shards, the plan has %d; %s", g.Shards, c.cfg.TotalShards, how)
-		c.eventLocked(t, EventGatewayShards, "", nil, detail)
+		if record {
+			detail := fmt.Sprintf("Discord recommends %d shards, the plan has %d; %s", g.Shards, c.cfg.TotalShards, how)
+			c.eventLocked(t, EventGatewayShards, "", nil, detail)
+		}
 		c.log.Warn("shard count differs from Discord's recommendation", "recommended", g.Shards,
 			"total_shards", c.cfg.TotalShards, "fixed", gw.totalFixed)
 	}
+	if !record {
+		gw.unrecorded = &store.Budget{Total: l.Total, Remaining: l.Remaining, ResetAt: t.Add(time.Duration(l.ResetAfter) * time.Millisecond)}
+		c.mu.Unlock()
+		return nil
+	}
+	gw.unrecorded = nil
 	event := l.Total != gw.budgetTotalSet
 	gw.budgetTotalSet = l.Total
 	seq := c.setBudgetLocked(t, l.Total, l.Remaining, time.Duration(l.ResetAfter)*time.Millisecond, event)
@@ -235,8 +253,9 @@ func (c *Controller) GatewayFetchFailed(err error) {
 // old bucket, or now while one is being answered (its answer, still to
 // come, restarts every window again: grantAnswered). Before any grant (a
 // controller that just started and learns Discord's max_concurrency from
-// GET /gateway/bot) no bucket waits.
-func (c *Controller) setMaxConcurrencyLocked(t time.Time, mc uint32) {
+// GET /gateway/bot) no bucket waits. record says whether the change is an
+// audit event (not on a follower replica, which writes nothing).
+func (c *Controller) setMaxConcurrencyLocked(t time.Time, mc uint32, record bool) {
 	old := c.cfg.MaxConcurrency
 	var newest time.Time
 	for i, last := range c.lastGrant {
@@ -251,7 +270,9 @@ func (c *Controller) setMaxConcurrencyLocked(t time.Time, mc uint32) {
 	for i := range c.lastGrant {
 		c.lastGrant[i] = newest
 	}
-	c.eventLocked(t, EventGatewayConcurrency, "", nil, fmt.Sprintf("max_concurrency %d (was %d)", mc, old))
+	if record {
+		c.eventLocked(t, EventGatewayConcurrency, "", nil, fmt.Sprintf("max_concurrency %d (was %d)", mc, old))
+	}
 	c.log.Info("max_concurrency changed", "max_concurrency", mc, "was", old)
 }
 

@@ -286,7 +286,9 @@ func (c *Controller) Lead(ctx context.Context, fence store.Fence, leaderURL stri
 	c.loadHandoffsLocked(hs, rs)
 	c.ha.leading, c.ha.term, c.ha.fence = true, fence.Term, &store.Fence{Holder: fence.Holder, Term: fence.Term}
 	c.ha.trustUntil, c.ha.leaderURL = trustUntil, leaderURL
-	c.eventLocked(c.now(), EventControllerStart, "", nil, fmt.Sprintf("leader of term %d: %s", fence.Term, c.loadDetail(restored)))
+	t := c.now()
+	c.eventLocked(t, EventControllerStart, "", nil, fmt.Sprintf("leader of term %d: %s", fence.Term, c.loadDetail(restored)))
+	c.recordUnrecordedBudgetLocked(t)
 	c.mu.Unlock()
 	err = c.flushHeld(ctx)
 	c.flushMu.Unlock()
@@ -296,6 +298,24 @@ func (c *Controller) Lead(ctx context.Context, fence store.Fence, leaderURL stri
 	}
 	c.log.Info("leading", "term", fence.Term, "restored_live", restored, "generation", c.Generation())
 	return nil
+}
+
+// recordUnrecordedBudgetLocked, as a replica takes the lead, stages
+// Discord's session budget that it fetched while following
+// (gatewayState.unrecorded) when the store has no budget row (load staged
+// the configured default): a new database gets Discord's figures, as a
+// single controller's first GET /gateway/bot gives it, not the default.
+// A stored budget stays: the previous leader kept it up to date.
+func (c *Controller) recordUnrecordedBudgetLocked(t time.Time) {
+	u := c.gw.unrecorded
+	c.gw.unrecorded = nil
+	if u == nil || !c.stage.budget {
+		return
+	}
+	c.budget = *u
+	c.gw.budgetTotalSet = u.Total
+	c.eventLocked(t, EventBudgetConfigured, "", nil, fmt.Sprintf("total %d remaining %d reset_at %s (GET /gateway/bot before this replica led)",
+		u.Total, u.Remaining, u.ResetAt.UTC().Format(time.RFC3339)))
 }
 
 // Renewed extends the trust deadline of term after a renewal of the lease.

@@ -25,6 +25,7 @@ func newReplicaPair(t *testing.T, cfg Config) *replicaPair {
 	if cfg.RebalanceEvery == 0 {
 		cfg.RebalanceEvery = -1
 	}
+	cfg.Replica = true // as `dpxe serve` on PostgreSQL: nothing written before Lead
 	p := &replicaPair{t: t, clock: newFakeClock()}
 	path := newStorePath(t)
 	for i := range 2 {
