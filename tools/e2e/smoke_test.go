@@ -300,7 +300,7 @@ func smokeBroken(t *testing.T, s *smokeSandbox) {
 			os.WriteFile(filepath.Join(out, image.KernelFile), k, 0o644)
 			rewriteManifestDigest(t, out, image.KernelFile, k)
 		}, []string{"FAIL  kernel-seabios", "banner: kernel 0.1.9 on the console, manifest.json says 0.1.0", "serial console, last"}},
-		{"another trust set than the manifest's", "other-trust", "kernel-ovmf", func(t *testing.T, out string) {
+		{"another trust set than the manifest's", "other-trust", "kernel-seabios", func(t *testing.T, out string) {
 			// A manifest whose anchor set is not the one compiled into
 			// kernel.bin (an image rebuilt with other --trust files).
 			editManifest(t, out, func(m *image.Manifest) {
@@ -309,7 +309,7 @@ func smokeBroken(t *testing.T, s *smokeSandbox) {
 				}
 				m.Trust.SHA256 = strings.Repeat("0", 64)
 			})
-		}, []string{"FAIL  kernel-ovmf", `anchors: "tls: anchors=`, `manifest.json says "tls: anchors=`}},
+		}, []string{"FAIL  kernel-seabios", `anchors: "tls: anchors=`, `manifest.json says "tls: anchors=`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			broken := filepath.Join(s.dir, "broken-"+tc.dir)
