@@ -56,6 +56,10 @@ type haState struct {
 	// node's first renewal of this term is committed, as if every later
 	// one were lost with its leader.
 	leaseOnce map[string]bool
+	// stateLate is a deliberate mutation for tests
+	// (AnswerBeforeHandoffCommit): resume hand-offs and restart requests
+	// are answered before they are committed, as before.
+	stateLate bool
 	// The resume hand-offs and restart requests as last committed, so a
 	// batch carries them only when they changed.
 	wroteHandoffs map[uint32]store.Handoff
@@ -105,6 +109,29 @@ func (c *Controller) CommitFirstLeaseOnly() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.ha.leaseOnce = map[string]bool{}
+}
+
+// AnswerBeforeHandoffCommit is a deliberate mutation for the replica
+// tests: a release that records a resume hand-off and a FATAL-restart
+// request are answered before they are committed, with the next batch, so
+// a leader that dies in between loses them. Never in production.
+func (c *Controller) AnswerBeforeHandoffCommit() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ha.stateLate = true
+}
+
+// haDurableSeqLocked marks a change of the replicas' shared state (a
+// resume hand-off or a FATAL-restart request, which haBatchLocked
+// carries) as one whose answer waits for its commit: it returns the stage
+// sequence to wait for (waitDurable), or 0 when the answer need not wait
+// (a single controller, or the AnswerBeforeHandoffCommit mutation).
+func (c *Controller) haDurableSeqLocked() uint64 {
+	if !c.ha.enabled || c.ha.stateLate {
+		return 0
+	}
+	c.stage.seq++
+	return c.stage.seq
 }
 
 // leaseFenceLocked is the fence a check-in's lease renewal is committed
