@@ -135,7 +135,7 @@ func (c *Controller) Checkin(ctx context.Context, req *appliance.CheckinRequest,
 		TimeMS:         uint64(max(t.UnixMilli(), 0)),
 	}
 	c.gatewayFieldsLocked(&resp)
-	c.haFieldsLocked(&resp)
+	c.haFieldsLocked(&resp, routeFrom(ctx))
 	if len(n.restart) > 0 {
 		resp.RestartShards = c.restartsLocked(n)
 	}
