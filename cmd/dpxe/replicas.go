@@ -7,13 +7,17 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/discord-pxe/dpxe/fleet/controller"
 )
 
 // `dpxe replicas` lists the controller replicas sharing the server's
 // PostgreSQL database (GET /v1/replicas, docs/ha.md): each one's ID,
-// advertised URL, role, term and heartbeat age.
+// advertised URL, role, term, heartbeat age and the URLs nodes on the
+// boot network reach it by (--json: every node URL, by route).
 
 func init() {
 	register(&command{name: "replicas", summary: "list the controller replicas on one PostgreSQL (leader, followers, heartbeats)", run: runReplicas})
@@ -53,9 +57,18 @@ func runReplicas(ctx context.Context, args []string) error {
 		return printJSON(v)
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "REPLICA\tURL\tROLE\tTERM\tHEARTBEAT")
+	fmt.Fprintln(tw, "REPLICA\tURL\tROLE\tTERM\tHEARTBEAT\tBOOT NETWORK URLS")
 	for _, r := range v.Replicas {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s ago\n", r.ID, r.URL, r.Role, r.Term, r.Age.Round(time.Millisecond))
+		var boot []string
+		for _, route := range []controller.Route{controller.RouteBootHTTP, controller.RouteBootHTTPS} {
+			if u := r.NodeURLs[string(route)]; u != "" {
+				boot = append(boot, u)
+			}
+		}
+		if len(boot) == 0 {
+			boot = []string{"-"}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s ago\t%s\n", r.ID, r.URL, r.Role, r.Term, r.Age.Round(time.Millisecond), strings.Join(boot, " "))
 	}
 	return tw.Flush()
 }

@@ -17,12 +17,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/discord-pxe/dpxe/fleet/controller"
 )
 
 // TestForwardedForSignature: what a follower signs, a replica with the
 // same key accepts, taking the client's address; a change of the key,
-// time, method, URI, address or body, or a missing or malformed header,
-// is refused and leaves the connection's address. A client's own
+// time, method, URI, address, route or body, or a missing or malformed
+// header, is refused and leaves the connection's address. A client's own
 // forwarded-for headers never survive the follower.
 func TestForwardedForSignature(t *testing.T) {
 	key := bytes.Repeat([]byte{7}, 32)
@@ -33,7 +35,8 @@ func TestForwardedForSignature(t *testing.T) {
 		req.RemoteAddr = "10.1.2.3:4567"
 		req.Header.Set(forwardedForHeader, "192.0.2.9:1") // the client's own attempt
 		req.Header.Set(forwardedAuthHeader, "v1 1 00")
-		fol.signForwarded(req)
+		req.Header.Set(forwardedViaHeader, "https")
+		fol.signForwarded(req, controller.RouteBootHTTP)
 		req.RemoteAddr = "127.0.0.1:999" // as the leader sees the follower
 		return req
 	}
@@ -41,18 +44,18 @@ func TestForwardedForSignature(t *testing.T) {
 	if got := req.Header.Get(forwardedForHeader); got != "10.1.2.3:4567" {
 		t.Fatalf("the follower sent %s %q, want the connection's address", forwardedForHeader, got)
 	}
-	if err := lead.verifyForwarded(req); err != nil || req.RemoteAddr != "10.1.2.3:4567" {
-		t.Fatalf("verify: %v, RemoteAddr %q", err, req.RemoteAddr)
+	if via, err := lead.verifyForwarded(req); err != nil || req.RemoteAddr != "10.1.2.3:4567" || via != controller.RouteBootHTTP {
+		t.Fatalf("verify: %v, RemoteAddr %q, route %q", err, req.RemoteAddr, via)
 	}
 	if b, _ := io.ReadAll(req.Body); string(b) != body {
 		t.Fatalf("the body after verifying: %q", b)
 	}
-	if req.Header.Get(forwardedForHeader) != "" || req.Header.Get(forwardedAuthHeader) != "" {
+	if req.Header.Get(forwardedForHeader) != "" || req.Header.Get(forwardedAuthHeader) != "" || req.Header.Get(forwardedViaHeader) != "" {
 		t.Fatal("the headers survive verification")
 	}
 	// Unsigned requests pass untouched.
 	plain := httptest.NewRequest("POST", "http://leader/v1/checkin", strings.NewReader(body))
-	if err := lead.verifyForwarded(plain); err != nil || plain.RemoteAddr != "192.0.2.1:1234" {
+	if _, err := lead.verifyForwarded(plain); err != nil || plain.RemoteAddr != "192.0.2.1:1234" {
 		t.Fatalf("unsigned: %v, %q", err, plain.RemoteAddr)
 	}
 	for _, tc := range []struct {
@@ -64,6 +67,9 @@ func TestForwardedForSignature(t *testing.T) {
 		{"no key", &replica{}, func(*http.Request) {}},
 		{"address", lead, func(r *http.Request) { r.Header.Set(forwardedForHeader, "10.1.2.4:4567") }},
 		{"address not HOST:PORT", lead, func(r *http.Request) { r.Header.Set(forwardedForHeader, "10.1.2.3") }},
+		{"route", lead, func(r *http.Request) { r.Header.Set(forwardedViaHeader, "boot-https") }},
+		{"no route", lead, func(r *http.Request) { r.Header.Del(forwardedViaHeader) }},
+		{"unknown route", lead, func(r *http.Request) { r.Header.Set(forwardedViaHeader, "ftp") }},
 		{"method", lead, func(r *http.Request) { r.Method = "PUT" }},
 		{"URI", lead, func(r *http.Request) { r.URL.RawQuery = "x=2" }},
 		{"body", lead, func(r *http.Request) { r.Body = io.NopCloser(strings.NewReader(strings.Replace(body, "1", "2", 1))) }},
@@ -80,18 +86,18 @@ func TestForwardedForSignature(t *testing.T) {
 		}},
 		{"old", lead, func(r *http.Request) {
 			at := time.Now().Add(-2 * forwardSkew).UnixMilli()
-			r.Header.Set(forwardedAuthHeader, fmt.Sprintf("v1 %d %x", at, forwardMAC(key, at, r.Method, r.URL.RequestURI(), "10.1.2.3:4567", []byte(body))))
+			r.Header.Set(forwardedAuthHeader, fmt.Sprintf("v2 %d %x", at, forwardMAC(key, at, r.Method, r.URL.RequestURI(), "10.1.2.3:4567", controller.RouteBootHTTP, []byte(body))))
 		}},
 		{"no auth", lead, func(r *http.Request) { r.Header.Del(forwardedAuthHeader) }},
 		{"other version", lead, func(r *http.Request) {
-			r.Header.Set(forwardedAuthHeader, strings.Replace(r.Header.Get(forwardedAuthHeader), "v1", "v2", 1))
+			r.Header.Set(forwardedAuthHeader, strings.Replace(r.Header.Get(forwardedAuthHeader), "v2", "v1", 1))
 		}},
 	} {
 		req := signed()
 		tc.change(req)
-		err := tc.leader.verifyForwarded(req)
-		if !errors.Is(err, errForwardedFor) || req.RemoteAddr != "127.0.0.1:999" {
-			t.Errorf("%s changed: verify %v, RemoteAddr %q; want refused, the follower's address", tc.name, err, req.RemoteAddr)
+		via, err := tc.leader.verifyForwarded(req)
+		if !errors.Is(err, errForwardedFor) || req.RemoteAddr != "127.0.0.1:999" || via != "" {
+			t.Errorf("%s changed: verify %v, RemoteAddr %q, route %q; want refused, the follower's address", tc.name, err, req.RemoteAddr, via)
 		}
 	}
 }

@@ -28,9 +28,10 @@ import (
 // lease every third of --leader-lease, leads while it holds it
 // (controller.Lead, fenced writes), and otherwise forwards node and
 // operator API requests to the leader's advertised URL. Each replica
-// heartbeats its row in the replicas table; the check-in answer lists
-// the live replicas' URLs. On SQLite there is one process and no replica
-// layer.
+// heartbeats its row in the replicas table with the URLs nodes reach it
+// by (nodeURLs); the check-in answer lists the live replicas' URLs of the
+// way the node came (controllersByRoute). On SQLite there is one process
+// and no replica layer.
 
 const (
 	// defaultLeaderLease is the leader lease: a dead leader's successor
@@ -122,8 +123,11 @@ type replica struct {
 
 	mu        sync.Mutex
 	advertise string
-	started   time.Time
-	proxies   map[string]*httputil.ReverseProxy
+	// nodeURLs are the URLs nodes reach this replica by, per route
+	// (nodeURLs, store.Replica.NodeURLs).
+	nodeURLs map[string]string
+	started  time.Time
+	proxies  map[string]*httputil.ReverseProxy
 }
 
 // haTestMutation is empty in every build but the replica tests' mutated
@@ -194,6 +198,42 @@ func (r *replica) names() {
 		}
 		r.advertise = "http://" + net.JoinHostPort(host, port)
 	}
+	var tlsPort string
+	if r.app.cfg.TLSListen != "" && r.app.tls != nil {
+		_, tlsPort, _ = net.SplitHostPort(r.app.cfg.TLSListen)
+	}
+	var bootHTTP, bootHTTPS string
+	if b := r.app.boot; b != nil {
+		bootHTTP, bootHTTPS = b.httpURL, b.httpsURL
+	}
+	r.nodeURLs = nodeURLs(r.advertise, port, tlsPort, bootHTTP, bootHTTPS)
+}
+
+// nodeURLs are the URLs nodes reach a replica by, per route
+// (controller.Route): on the management network the advertised URL for
+// its scheme and, for the other scheme, the advertised host with the
+// --listen port (http) or the --tls-listen port (https, when it serves
+// HTTPS); on the boot network its netboot URLs (bootRoute). A route
+// without a listener has none.
+func nodeURLs(advertise, listenPort, tlsPort, bootHTTP, bootHTTPS string) map[string]string {
+	m := map[string]string{}
+	u, err := url.Parse(advertise)
+	if err == nil {
+		m[u.Scheme] = advertise
+		switch {
+		case u.Scheme == "http" && tlsPort != "":
+			m[string(controller.RouteHTTPS)] = "https://" + net.JoinHostPort(u.Hostname(), tlsPort)
+		case u.Scheme == "https" && listenPort != "":
+			m[string(controller.RouteHTTP)] = "http://" + net.JoinHostPort(u.Hostname(), listenPort)
+		}
+	}
+	if bootHTTP != "" {
+		m[string(controller.RouteBootHTTP)] = bootHTTP
+	}
+	if bootHTTPS != "" {
+		m[string(controller.RouteBootHTTPS)] = bootHTTPS
+	}
+	return m
 }
 
 // run campaigns every third of the lease until ctx ends, then resigns.
@@ -201,7 +241,7 @@ func (r *replica) run(ctx context.Context) error {
 	r.names()
 	c := r.app.controller
 	st := r.app.store
-	r.log.Info("replica starting", "replica", r.id, "advertise", r.advertise, "leader_lease", r.lease)
+	r.log.Info("replica starting", "replica", r.id, "advertise", r.advertise, "node_urls", r.nodeURLs, "leader_lease", r.lease)
 	every := r.lease / 3
 	margin := r.lease / 10
 	leading, term := false, uint64(0)
@@ -270,7 +310,7 @@ func (r *replica) heartbeat(ctx context.Context, timeout time.Duration) {
 	defer cancel()
 	role := r.app.controller.Role()
 	st := r.app.store
-	if err := st.Heartbeat(ctx, store.Replica{ID: r.id, URL: r.advertise, Role: role.Name(), Term: role.Term, StartedAt: r.started}); err != nil {
+	if err := st.Heartbeat(ctx, store.Replica{ID: r.id, URL: r.advertise, NodeURLs: r.nodeURLs, Role: role.Name(), Term: role.Term, StartedAt: r.started}); err != nil {
 		r.log.Warn("replica heartbeat failed", "err", err)
 		return
 	}
@@ -279,11 +319,31 @@ func (r *replica) heartbeat(ctx context.Context, timeout time.Duration) {
 		r.log.Warn("listing replicas failed", "err", err)
 		return
 	}
-	urls := make([]string, 0, len(rs))
-	for _, x := range rs {
-		urls = append(urls, x.URL)
+	r.app.controller.SetControllers(controllersByRoute(rs))
+}
+
+// controllersByRoute lists, per route, the URLs of the replicas rs (in
+// their order) that nodes coming that way can use: each replica's node
+// URL of the route, or for a replica that recorded none (a version before
+// node URLs) its advertised URL on the management route of its scheme.
+// A replica without a URL of the route is left out of that route's list,
+// so a node is never handed a URL of another network or scheme.
+func controllersByRoute(rs []store.Replica) map[controller.Route][]string {
+	out := map[controller.Route][]string{}
+	for _, route := range controller.Routes {
+		urls := []string{}
+		for _, x := range rs {
+			u := x.NodeURLs[string(route)]
+			if x.NodeURLs == nil && strings.HasPrefix(x.URL, string(route)+"://") {
+				u = x.URL
+			}
+			if u != "" {
+				urls = append(urls, u)
+			}
+		}
+		out[route] = urls
 	}
-	r.app.controller.SetControllers(urls)
+	return out
 }
 
 // stop resigns the lease (so another replica leads at once) and removes
@@ -340,12 +400,18 @@ func (r *replica) forward(h http.Handler) http.Handler {
 		case <-time.After(r.lease):
 		}
 		role := r.app.controller.Role()
+		// The way the node came: the listener's, or for a request a
+		// follower forwarded, the one it signed (verifyForwarded).
+		route := controller.RouteOf(cameByBoot(req.Context()), req.TLS != nil)
 		if role.Leading {
-			if err := r.verifyForwarded(req); err != nil {
+			via, err := r.verifyForwarded(req)
+			if err != nil {
 				r.log.Warn("forwarded request's client address refused; the connection's address stands",
 					"from", req.RemoteAddr, "path", req.URL.Path, "err", err)
+			} else if via != "" {
+				route = via
 			}
-			h.ServeHTTP(w, req)
+			h.ServeHTTP(w, req.WithContext(controller.WithRoute(req.Context(), route)))
 			return
 		}
 		r.mu.Lock()
@@ -356,7 +422,7 @@ func (r *replica) forward(h http.Handler) http.Handler {
 			return
 		}
 		req.Header.Set(forwardedHeader, r.id)
-		r.signForwarded(req)
+		r.signForwarded(req, route)
 		r.proxy(role.LeaderURL).ServeHTTP(w, req)
 	})
 }

@@ -79,6 +79,22 @@ type bootRoute struct {
 	// app, when set, is the fleet whose replica (app.ha) forwards the
 	// node routes to the leader while this replica follows.
 	app *fleetApp
+	// httpURL and httpsURL are how nodes on the boot network reach this
+	// replica over http and https ("" when it has no HTTPS listener):
+	// --controller-url for its scheme, else the boot address and the
+	// --listen or --tls-listen port. Replicas record them (node_urls).
+	httpURL, httpsURL string
+}
+
+// bootKey marks a request's context as come by the boot network's
+// listener (cameByBoot).
+type bootKey struct{}
+
+// cameByBoot reports whether a request came by the boot network's
+// listener.
+func cameByBoot(ctx context.Context) bool {
+	v, _ := ctx.Value(bootKey{}).(bool)
+	return v
 }
 
 // ServeHTTP serves the boot mux; with replicas, node requests (/v1/...)
@@ -86,6 +102,7 @@ type bootRoute struct {
 // from this replica keeps checking in here after it stops leading.
 func (b *bootRoute) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if b.app != nil && b.app.ha != nil {
+		r = r.WithContext(context.WithValue(r.Context(), bootKey{}, true))
 		b.app.ha.forward(b.mux).ServeHTTP(w, r)
 		return
 	}
@@ -174,7 +191,19 @@ func attachNetboot(ctx context.Context, app *fleetApp, log *slog.Logger) (func(c
 	// The boot network gets its own mux: the boot files and scripts, and
 	// the node routes of the API. /boot/ is on no other listener, and no
 	// operator route is on this one.
-	boot := &bootRoute{ip: ip, mux: http.NewServeMux(), app: app}
+	boot := &bootRoute{ip: ip, mux: http.NewServeMux(), app: app, httpURL: base}
+	if tl := app.cfg.tlsConfig.TLSListen; tl != "" && app.tls != nil {
+		boot.httpsURL = defaultControllerURL(base, ip, tl, true)
+	}
+	// One --controller-url is how nodes reach this replica over its
+	// scheme; a list (several replicas) leaves this one's by address.
+	switch {
+	case strings.Contains(controllerURL, ","):
+	case strings.HasPrefix(controllerURL, "https://"):
+		boot.httpsURL = controllerURL
+	default:
+		boot.httpURL = controllerURL
+	}
 	nb.Register(boot.mux)
 	app.api.RegisterNode(boot.mux)
 	app.boot = boot

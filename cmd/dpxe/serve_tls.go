@@ -174,7 +174,9 @@ func attachTLS(ctx context.Context, app *fleetApp, log *slog.Logger) (func(conte
 		return nil, err
 	}
 	if b := app.boot; b != nil && !listenCovers(cfg.TLSListen, b.ip) {
-		if err := listen(net.JoinHostPort(b.ip.String(), port), b.mux); err != nil {
+		// b, not b.mux: the way nodes came is marked (the check-in
+		// answer lists the replicas' boot URLs), and a follower forwards.
+		if err := listen(net.JoinHostPort(b.ip.String(), port), b); err != nil {
 			servers[0].ln.Close()
 			return nil, err
 		}

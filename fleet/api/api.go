@@ -587,7 +587,8 @@ type RestartFatalResponse struct {
 
 // restartFatal asks a live node to start its FATAL shards again (all, or
 // those the body lists; each must be FATAL there). The request is in the
-// controller's memory until the node takes it up (docs/api.md).
+// controller's memory until the node takes it up; with replicas it is
+// committed to the database before this answers (docs/api.md, docs/ha.md).
 func (s *Server) restartFatal(w http.ResponseWriter, r *http.Request) {
 	body, ok := readBody(w, r)
 	if !ok {

@@ -103,8 +103,12 @@ func (c *Controller) Checkin(ctx context.Context, req *appliance.CheckinRequest,
 	// those shards are its last word on them: a resumable session among
 	// them goes to the shard's next holder (resume hand-off).
 	ack := req.Generation == c.gen && req.Generation != 0
-	if ack || len(req.Shards) > 0 {
-		c.recordHandoffsLocked(t, n, req.Shards, ack)
+	var handoffSeq uint64
+	if (ack || len(req.Shards) > 0) && c.recordHandoffsLocked(t, n, req.Shards, ack) {
+		// With replicas the hand-off is committed before the release is
+		// acknowledged, so a leader that dies after answering leaves it to
+		// the next (haBatchLocked carries it).
+		handoffSeq = c.haDurableSeqLocked()
 	}
 	if ack {
 		n.ackedGen = req.Generation
@@ -131,7 +135,7 @@ func (c *Controller) Checkin(ctx context.Context, req *appliance.CheckinRequest,
 		TimeMS:         uint64(max(t.UnixMilli(), 0)),
 	}
 	c.gatewayFieldsLocked(&resp)
-	c.haFieldsLocked(&resp)
+	c.haFieldsLocked(&resp, routeFrom(ctx))
 	if len(n.restart) > 0 {
 		resp.RestartShards = c.restartsLocked(n)
 	}
@@ -168,7 +172,7 @@ func (c *Controller) Checkin(ctx context.Context, req *appliance.CheckinRequest,
 		c.stage.seq++
 		n.grantSeq = c.stage.seq
 	}
-	need := max(c.genSeq, n.grantSeq)
+	need := max(c.genSeq, n.grantSeq, handoffSeq)
 	durable := need <= c.flushedSeq
 	fence, lease := c.leaseFenceLocked(n.id), c.cfg.Lease
 	c.mu.Unlock()

@@ -359,8 +359,9 @@ func resumable(s *appliance.ShardStatus) (appliance.ResumeState, bool) {
 // check-in, a shard without a resumable status keeps only a record n made
 // itself; any other record is dropped, since n may have resumed and
 // advanced or closed that session. Nothing is offered while n still
-// holds the shard.
-func (c *Controller) recordHandoffsLocked(t time.Time, n *node, reported []appliance.ShardStatus, ack bool) {
+// holds the shard. It reports whether it recorded a new hand-off.
+func (c *Controller) recordHandoffsLocked(t time.Time, n *node, reported []appliance.ShardStatus, ack bool) bool {
+	recorded := false
 	for _, s := range n.held {
 		if n.plan.Contains(s) {
 			continue
@@ -391,10 +392,12 @@ func (c *Controller) recordHandoffsLocked(t time.Time, n *node, reported []appli
 			c.handoffs = map[uint32]*handoff{}
 		}
 		c.handoffs[s] = &handoff{from: n, state: rs, at: t}
+		recorded = true
 		shard := s
 		c.eventLocked(t, EventResumeHandoff, n.id, &shard, fmt.Sprintf("released with a resumable session at seq %d", rs.Seq))
 		c.log.Info("resume hand-off recorded", "shard", s, "from", n.id, "seq", rs.Seq)
 	}
+	return recorded
 }
 
 // settleHandoffsLocked drops the hand-offs the statuses n reports show it

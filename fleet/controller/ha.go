@@ -40,7 +40,7 @@ type haState struct {
 	fence       *store.Fence
 	trustUntil  time.Time // monotonic: leading answers stop after it
 	leaderURL   string
-	controllers []string
+	controllers map[Route][]string
 	onFenced    func(error)
 	// lost are ranges of stage sequences staged under a leadership that
 	// ended before they were committed: their waiters must fail.
@@ -56,6 +56,10 @@ type haState struct {
 	// node's first renewal of this term is committed, as if every later
 	// one were lost with its leader.
 	leaseOnce map[string]bool
+	// stateLate is a deliberate mutation for tests
+	// (AnswerBeforeHandoffCommit): resume hand-offs and restart requests
+	// are answered before they are committed, as before.
+	stateLate bool
 	// The resume hand-offs and restart requests as last committed, so a
 	// batch carries them only when they changed.
 	wroteHandoffs map[uint32]store.Handoff
@@ -105,6 +109,29 @@ func (c *Controller) CommitFirstLeaseOnly() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.ha.leaseOnce = map[string]bool{}
+}
+
+// AnswerBeforeHandoffCommit is a deliberate mutation for the replica
+// tests: a release that records a resume hand-off and a FATAL-restart
+// request are answered before they are committed, with the next batch, so
+// a leader that dies in between loses them. Never in production.
+func (c *Controller) AnswerBeforeHandoffCommit() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ha.stateLate = true
+}
+
+// haDurableSeqLocked marks a change of the replicas' shared state (a
+// resume hand-off or a FATAL-restart request, which haBatchLocked
+// carries) as one whose answer waits for its commit: it returns the stage
+// sequence to wait for (waitDurable), or 0 when the answer need not wait
+// (a single controller, or the AnswerBeforeHandoffCommit mutation).
+func (c *Controller) haDurableSeqLocked() uint64 {
+	if !c.ha.enabled || c.ha.stateLate {
+		return 0
+	}
+	c.stage.seq++
+	return c.stage.seq
 }
 
 // leaseFenceLocked is the fence a check-in's lease renewal is committed
@@ -232,13 +259,70 @@ func (c *Controller) Role() Role {
 		Term: c.ha.term, LeaderURL: c.ha.leaderURL}
 }
 
-// SetControllers sets the URLs of the live replicas that check-in answers
-// carry (appliance.CheckinResponse.Controllers).
-func (c *Controller) SetControllers(urls []string) {
+// Route is the way a node's request reached a replica: the network
+// (management, by the advertised URL, or the boot network, by the URL its
+// boot scripts carry) and the scheme. A check-in answer lists the live
+// replicas' URLs of the route the check-in came by, so a node is handed
+// only URLs it can reach, and a node on https (which pins the
+// controller's key) never an http one (docs/ha.md).
+type Route string
+
+// The routes a node's request comes by.
+const (
+	RouteHTTP      Route = "http"       // --listen, or the advertised URL
+	RouteHTTPS     Route = "https"      // --tls-listen
+	RouteBootHTTP  Route = "boot-http"  // the boot network's listener
+	RouteBootHTTPS Route = "boot-https" // the boot network's HTTPS listener
+)
+
+// Routes lists every Route.
+var Routes = []Route{RouteHTTP, RouteHTTPS, RouteBootHTTP, RouteBootHTTPS}
+
+// RouteOf is the route of a request that came by the boot network's
+// listener or not, over TLS or not.
+func RouteOf(boot, tls bool) Route {
+	switch {
+	case boot && tls:
+		return RouteBootHTTPS
+	case boot:
+		return RouteBootHTTP
+	case tls:
+		return RouteHTTPS
+	}
+	return RouteHTTP
+}
+
+// ParseRoute returns the Route named s.
+func ParseRoute(s string) (Route, error) {
+	if r := Route(s); slices.Contains(Routes, r) {
+		return r, nil
+	}
+	return "", fmt.Errorf("route %q: want one of http, https, boot-http, boot-https", s)
+}
+
+type routeKey struct{}
+
+// WithRoute returns ctx carrying the route a node's request came by, for
+// the check-in answer's controllers (Checkin).
+func WithRoute(ctx context.Context, r Route) context.Context {
+	return context.WithValue(ctx, routeKey{}, r)
+}
+
+// routeFrom is the route ctx carries, RouteHTTP when none.
+func routeFrom(ctx context.Context) Route {
+	if r, ok := ctx.Value(routeKey{}).(Route); ok {
+		return r
+	}
+	return RouteHTTP
+}
+
+// SetControllers sets, per route, the URLs of the live replicas that
+// check-in answers carry (appliance.CheckinResponse.Controllers).
+func (c *Controller) SetControllers(byRoute map[Route][]string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !slices.Equal(c.ha.controllers, urls) {
-		c.ha.controllers = slices.Clone(urls)
+	if !maps.EqualFunc(c.ha.controllers, byRoute, slices.Equal) {
+		c.ha.controllers = maps.Clone(byRoute)
 	}
 }
 
@@ -253,13 +337,14 @@ func (c *Controller) haCheckLocked() error {
 	return nil
 }
 
-// haFieldsLocked adds the replica fields to a check-in answer.
-func (c *Controller) haFieldsLocked(resp *appliance.CheckinResponse) {
+// haFieldsLocked adds the replica fields to a check-in answer that came
+// by route.
+func (c *Controller) haFieldsLocked(resp *appliance.CheckinResponse, route Route) {
 	if !c.ha.enabled {
 		return
 	}
 	resp.Term = c.ha.term
-	resp.Controllers = slices.Clone(c.ha.controllers)
+	resp.Controllers = slices.Clone(c.ha.controllers[route])
 }
 
 // Lead makes this replica the acting controller for fence.Term: it reloads

@@ -147,8 +147,37 @@ func TestReplicaFollowerRefusesAndLeaderFenced(t *testing.T) {
 
 // TestReplicaTakeoverKeepsHandoffsAndRestarts: a resume hand-off and a
 // FATAL-restart request recorded by one leader are offered and repeated
-// by the next, which loads them from the store.
+// by the next, which loads them from the store. The leader dies right
+// after answering the last of them (nothing of it reaches the database
+// after that answer: no flush, no Run), so each must have been committed
+// before it was answered; the test runs once with each answered last, as
+// the later one's commit would carry the earlier one. With
+// AnswerBeforeHandoffCommit (the mutation: both wait for the next batch,
+// as before) the new leader loses the one answered last.
 func TestReplicaTakeoverKeepsHandoffsAndRestarts(t *testing.T) {
+	for _, mutate := range []bool{false, true} {
+		for _, restartLast := range []bool{false, true} {
+			lostHandoff, lostRestart := takeoverAfterAnswers(t, mutate, restartLast)
+			lostLast := lostHandoff
+			if restartLast {
+				lostLast = lostRestart
+			}
+			switch {
+			case !mutate && (lostHandoff || lostRestart):
+				t.Fatalf("restart requested last %v: the new leader lost what the old one answered: hand-off lost %v, restart request lost %v",
+					restartLast, lostHandoff, lostRestart)
+			case mutate && !lostLast:
+				t.Fatalf("mutation AnswerBeforeHandoffCommit, restart requested last %v: the one answered last should be lost with the leader; hand-off lost %v, restart request lost %v",
+					restartLast, lostHandoff, lostRestart)
+			}
+		}
+	}
+}
+
+// takeoverAfterAnswers runs TestReplicaTakeoverKeepsHandoffsAndRestarts
+// once and reports what the new leader does not offer or repeat.
+func takeoverAfterAnswers(t *testing.T, mutate, restartLast bool) (lostHandoff, lostRestart bool) {
+	t.Helper()
 	p := newReplicaPair(t, Config{TotalShards: 4, MaxConcurrency: 1})
 	ctx := context.Background()
 	a, b := p.c[0], p.c[1]
@@ -156,6 +185,9 @@ func TestReplicaTakeoverKeepsHandoffsAndRestarts(t *testing.T) {
 		if _, err := a.AddNode(ctx, id); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if mutate {
+		a.AnswerBeforeHandoffCommit()
 	}
 	const ttl = 300 * time.Millisecond
 	p.lead(0, ttl)
@@ -167,29 +199,38 @@ func TestReplicaTakeoverKeepsHandoffsAndRestarts(t *testing.T) {
 		}
 		return r
 	}
+	restart := func() {
+		t.Helper()
+		if got, err := a.RestartFatal(ctx, "n1", []uint32{0}); err != nil || len(got) != 1 {
+			t.Fatalf("restart request: %v %v", got, err)
+		}
+	}
 	r1 := checkin(a, "n1", 0)
 	r1 = checkin(a, "n1", r1.Generation, shardsIn(0, 4, appliance.ShardFatal, 0)...)
-	if _, err := a.RestartFatal(ctx, "n1", []uint32{0}); err != nil {
-		t.Fatal(err)
-	}
 	r2 := checkin(a, "n2", 0) // n2 joins: shards 2-3 move to it, pending
 	if len(r2.Pending) != 2 {
 		t.Fatalf("n2 joins: %+v", r2)
 	}
+	if !restartLast {
+		restart()
+	}
 	st := shardsIn(0, 2, appliance.ShardFatal, 0)
 	st = append(st, released(2, "s2", 20), released(3, "s3", 30))
 	r1 = checkin(a, "n1", r2.Generation, st...) // acknowledges, releasing 2-3 resumably
-	if err := a.Flush(ctx); err != nil {
-		t.Fatal(err)
+	if restartLast {
+		restart()
 	}
+	// a dies here, right after those answers.
 	p.lead(1, ttl)
 	r2 = checkin(b, "n2", r2.Generation)
-	if res := resumeOf(r2); len(r2.Pending) != 0 || res[2].SessionID != "s2" || res[3].Seq != 30 {
-		t.Fatalf("n2 at the new leader: %+v", r2)
-	}
-	if r1 = checkin(b, "n1", r1.Generation, shardsIn(0, 2, appliance.ShardFatal, 0)...); len(r1.RestartShards) != 1 || r1.RestartShards[0] != 0 {
-		t.Fatalf("n1 at the new leader: %+v", r1)
-	}
+	// The commit that carries the hand-off carries n1's release too;
+	// without it n2's shards are still pending on n1, and nothing is offered.
+	res := resumeOf(r2)
+	lostHandoff = len(r2.Pending) != 0 || res[2].SessionID != "s2" || res[3].Seq != 30
+	r1 = checkin(b, "n1", r1.Generation, shardsIn(0, 2, appliance.ShardFatal, 0)...)
+	lostRestart = len(r1.RestartShards) != 1 || r1.RestartShards[0] != 0
+	t.Logf("mutate %v, restart last %v: n2 pending %v resumes %+v, n1 restarts %v", mutate, restartLast, r2.Pending, r2.Resume, r1.RestartShards)
+	return lostHandoff, lostRestart
 }
 
 // TestReplicaTakeoverTrustsCommittedLeases: a check-in's lease renewal is

@@ -75,6 +75,10 @@ func (c *Controller) RestartFatal(ctx context.Context, id string, only []uint32)
 		}
 	}
 	c.mu.Lock()
+	if err := c.haCheckLocked(); err != nil {
+		c.mu.Unlock()
+		return nil, err
+	}
 	n, err := c.liveNodeLocked(id)
 	if err != nil {
 		c.mu.Unlock()
@@ -100,14 +104,31 @@ func (c *Controller) RestartFatal(ctx context.Context, id string, only []uint32)
 			return nil, err
 		}
 	}
-	defer c.mu.Unlock()
+	out, seq, err := c.restartFatalLocked(n, only, stored)
+	c.mu.Unlock()
+	if err != nil || seq == 0 {
+		return out, err
+	}
+	// With replicas the request is committed before it is answered, so a
+	// leader that dies right after leaves it to the next.
+	if err := c.waitDurable(ctx, seq); err != nil {
+		return nil, fmt.Errorf("node %s: restart request not committed: %w", id, err)
+	}
+	return out, nil
+}
+
+// restartFatalLocked is RestartFatal's work under c.mu: it records the
+// requests and returns the shards and, with replicas, the stage sequence
+// the answer waits for (0: none).
+func (c *Controller) restartFatalLocked(n *node, only []uint32, stored []appliance.ShardStatus) ([]uint32, uint64, error) {
+	id := n.id
 	status := n.status
 	if status == nil {
 		status = stored
 	}
 	for i, s := range only {
 		if s >= c.cfg.TotalShards {
-			return nil, &appliance.FieldError{Field: fmt.Sprintf("shards[%d]", i),
+			return nil, 0, &appliance.FieldError{Field: fmt.Sprintf("shards[%d]", i),
 				Reason: fmt.Sprintf("%d out of range 0..%d: %v", s, c.cfg.TotalShards-1, ErrShardRange)}
 		}
 	}
@@ -141,13 +162,14 @@ func (c *Controller) RestartFatal(ctx context.Context, id string, only []uint32)
 				why = "it is " + string(st.State)
 			}
 			if why != "" {
-				return nil, &NotFatalError{Index: i, NodeID: id, Shard: s, Why: why}
+				return nil, 0, &NotFatalError{Index: i, NodeID: id, Shard: s, Why: why}
 			}
 			picked = append(picked, s)
 		}
 	}
 	slices.Sort(picked)
 	out := []uint32{}
+	added := false
 	t := c.now()
 	for _, s := range picked {
 		out = append(out, s)
@@ -156,6 +178,7 @@ func (c *Controller) RestartFatal(ctx context.Context, id string, only []uint32)
 			continue
 		}
 		n.restart = slices.Insert(n.restart, i, s)
+		added = true
 		detail := "restart of a FATAL shard requested"
 		if st := statusOf(s); st != nil && st.CloseCode != 0 {
 			detail += fmt.Sprintf(" (close code %d)", st.CloseCode)
@@ -163,10 +186,14 @@ func (c *Controller) RestartFatal(ctx context.Context, id string, only []uint32)
 		shard := s
 		c.eventLocked(t, EventRestartRequested, n.id, &shard, detail)
 	}
+	var seq uint64
+	if added {
+		seq = c.haDurableSeqLocked()
+	}
 	if len(out) > 0 {
 		c.log.Info("restart of FATAL shards requested", "node", n.id, "shards", encodeHeld(out))
 	}
-	return out, nil
+	return out, seq, nil
 }
 
 // liveNodeLocked returns node id if its lease is valid.

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -61,6 +62,13 @@ CREATE TABLE dashboard_sessions (
 	csrf    TEXT NOT NULL,
 	expires INTEGER NOT NULL
 );
+`
+
+// schemaReplicaNodeURLs is migration 9: the URLs by which nodes reach
+// each replica, by the way they come (Replica.NodeURLs), as a JSON object
+// (” from a replica of before it).
+const schemaReplicaNodeURLs = `
+ALTER TABLE replicas ADD COLUMN node_urls TEXT NOT NULL DEFAULT '';
 `
 
 // Errors of the replica layer.
@@ -236,12 +244,18 @@ func (t *txn) checkSpacing(ctx context.Context, bucket uint32, spacing time.Dura
 
 // Replica is one `dpxe serve` process as the replicas table lists it.
 type Replica struct {
-	ID          string    `json:"id"`
-	URL         string    `json:"url"`
-	Role        string    `json:"role"` // "leader" or "follower"
-	Term        uint64    `json:"term"` // the term it last saw
-	StartedAt   time.Time `json:"started_at"`
-	HeartbeatAt time.Time `json:"heartbeat_at"` // the database's clock
+	ID  string `json:"id"`
+	URL string `json:"url"` // advertised: other replicas and the management network
+	// NodeURLs are the URLs nodes reach this replica by, keyed by the way
+	// they come: "http" and "https" on the management network (the
+	// advertised URL and its other scheme), "boot-http" and "boot-https"
+	// on the boot network (its netboot controller URL). The check-in
+	// answers list the replicas' URLs of the way the node came.
+	NodeURLs    map[string]string `json:"node_urls,omitempty"`
+	Role        string            `json:"role"` // "leader" or "follower"
+	Term        uint64            `json:"term"` // the term it last saw
+	StartedAt   time.Time         `json:"started_at"`
+	HeartbeatAt time.Time         `json:"heartbeat_at"` // the database's clock
 	// Age is how long ago the heartbeat was, on the database's clock.
 	Age time.Duration `json:"age_ns"`
 }
@@ -252,18 +266,26 @@ func (s *Store) Heartbeat(ctx context.Context, r Replica) error {
 	if r.ID == "" {
 		return fmt.Errorf("store: heartbeat: replica id is empty")
 	}
-	_, err := s.exec(ctx, `INSERT INTO replicas(id, url, role, term, started_at, heartbeat_at)
-		VALUES(?, ?, ?, ?, ?, `+s.dbNowMS()+`)
-		ON CONFLICT(id) DO UPDATE SET url = excluded.url, role = excluded.role, term = excluded.term,
+	nodeURLs := ""
+	if len(r.NodeURLs) > 0 {
+		b, err := json.Marshal(r.NodeURLs)
+		if err != nil {
+			return fmt.Errorf("store: heartbeat: node_urls: %w", err)
+		}
+		nodeURLs = string(b)
+	}
+	_, err := s.exec(ctx, `INSERT INTO replicas(id, url, node_urls, role, term, started_at, heartbeat_at)
+		VALUES(?, ?, ?, ?, ?, ?, `+s.dbNowMS()+`)
+		ON CONFLICT(id) DO UPDATE SET url = excluded.url, node_urls = excluded.node_urls, role = excluded.role, term = excluded.term,
 		started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at`,
-		r.ID, r.URL, r.Role, r.Term, ms(r.StartedAt))
+		r.ID, r.URL, nodeURLs, r.Role, r.Term, ms(r.StartedAt))
 	return err
 }
 
 // Replicas lists the replicas whose heartbeat is at most maxAge old on
 // the database's clock (every one if maxAge is 0), by ID.
 func (s *Store) Replicas(ctx context.Context, maxAge time.Duration) ([]Replica, error) {
-	q := `SELECT id, url, role, term, started_at, heartbeat_at, ` + s.dbNowMS() + ` FROM replicas`
+	q := `SELECT id, url, node_urls, role, term, started_at, heartbeat_at, ` + s.dbNowMS() + ` FROM replicas`
 	var args []any
 	if maxAge > 0 {
 		q += ` WHERE heartbeat_at >= ` + s.dbNowMS() + ` - ?`
@@ -278,8 +300,14 @@ func (s *Store) Replicas(ctx context.Context, maxAge time.Duration) ([]Replica, 
 	for rows.Next() {
 		var r Replica
 		var started, hb, now int64
-		if err := rows.Scan(&r.ID, &r.URL, &r.Role, &r.Term, &started, &hb, &now); err != nil {
+		var nodeURLs string
+		if err := rows.Scan(&r.ID, &r.URL, &nodeURLs, &r.Role, &r.Term, &started, &hb, &now); err != nil {
 			return nil, err
+		}
+		if nodeURLs != "" {
+			if err := json.Unmarshal([]byte(nodeURLs), &r.NodeURLs); err != nil {
+				return nil, fmt.Errorf("store: replica %s: node_urls: %w", r.ID, err)
+			}
 		}
 		r.StartedAt, r.HeartbeatAt, r.Age = fromMS(started), fromMS(hb), time.Duration(now-hb)*time.Millisecond
 		out = append(out, r)

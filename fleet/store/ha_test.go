@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -201,7 +202,8 @@ func testReplicasHeartbeat(t *testing.T, dsn string) {
 	ctx := context.Background()
 	s := openDSN(t, dsn)
 	start := time.Now()
-	for _, r := range []Replica{{ID: "r2", URL: "http://b", Role: "follower", Term: 3, StartedAt: start},
+	nodeURLs := map[string]string{"boot-http": "http://10.0.0.2:8080", "boot-https": "https://10.0.0.2:8443"}
+	for _, r := range []Replica{{ID: "r2", URL: "http://b", NodeURLs: nodeURLs, Role: "follower", Term: 3, StartedAt: start},
 		{ID: "r1", URL: "http://a", Role: "leader", Term: 3, StartedAt: start}} {
 		if err := s.Heartbeat(ctx, r); err != nil {
 			t.Fatal(err)
@@ -210,6 +212,9 @@ func testReplicasHeartbeat(t *testing.T, dsn string) {
 	rs, err := s.Replicas(ctx, time.Minute)
 	if err != nil || len(rs) != 2 || rs[0].ID != "r1" || rs[0].Role != "leader" || rs[1].URL != "http://b" || rs[0].Term != 3 {
 		t.Fatalf("replicas: %+v %v", rs, err)
+	}
+	if !maps.Equal(rs[1].NodeURLs, nodeURLs) || rs[0].NodeURLs != nil {
+		t.Fatalf("node URLs: %v and %v, want %v and none", rs[1].NodeURLs, rs[0].NodeURLs, nodeURLs)
 	}
 	if _, err := s.DB().Exec(s.q(`UPDATE replicas SET heartbeat_at = heartbeat_at - 600000 WHERE id = ?`), "r2"); err != nil {
 		t.Fatal(err)

@@ -26,6 +26,7 @@ var migrations = []migration{
 	{6, "shared DHCP leases", schemaLeases},
 	{7, "shard sessions for crash resume", schemaSessions},
 	{8, "node leases committed before the answer", schemaNodeLeases},
+	{9, "replicas' node-facing URLs", schemaReplicaNodeURLs},
 }
 
 // schemaV4 is the dashboard's 24-hour fleet history (history.go): one row

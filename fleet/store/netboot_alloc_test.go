@@ -246,6 +246,7 @@ func testMigrationDropsDuplicateLeases(t *testing.T, dsn string) {
 		// The later migrations go too, so that reopening applies 6 again.
 		`DROP TABLE shard_sessions`,
 		`DROP TABLE node_leases`,
+		`ALTER TABLE replicas DROP COLUMN node_urls`,
 		`DELETE FROM schema_migrations WHERE version >= 6`,
 		`INSERT INTO netboot_leases (ip, mac, expiry, declined) VALUES
 			('10.0.0.1', 'aa', 100, 0), ('10.0.0.2', 'aa', 200, 0),
