@@ -12,16 +12,22 @@ import (
 )
 
 // TestKernelHeartbeatsUnderFlood: one QEMU node with hbFloodShards shards,
-// each session flooded with 1 KiB MESSAGE_CREATEs far beyond what the node
-// can read (the node is the limit: TCP's windows push back on the
-// emulator). The node must keep every heartbeat on time anyway: the
-// emulator, with a grace of hbFloodGrace instead of a quarter of the
-// interval, records no violation (a heartbeat later than interval + grace
-// is missed_heartbeat), no shard Identifies twice, no shard is reset, and
-// the node's own figure of its latest heartbeat (beat_late_max_ms) stays
-// under the grace. Before gw_tick sent due heartbeats ahead of event work
-// and bounded a pass's reads (kernel/gateway/session.inc), one pass read
-// up to 24 KiB of every shard, and the heartbeats waited for the pass.
+// each session flooded with 1 KiB MESSAGE_CREATEs beyond what the node can
+// read (the node is the limit, idle near 0 %: TCP's windows push back on
+// the emulator). The node must keep its heartbeats on time anyway: its own
+// figure of the latest heartbeat after its deadline (beat_late_max_ms in
+// every node line) stays under hbFloodLate, the emulator records no
+// violation (with a grace of hbFloodGrace: on the loaded 2-core host a
+// dropped segment's retransmission alone has cost 1.8 s), no shard
+// Identifies twice and none is reset. The pass's read budget must have
+// engaged (read_skips > 0 in the node line: gw_tick put reads off to the
+// next pass). At 16 or 32 shards the loop without the budget and the
+// heartbeat walk kept its passes short too: in runs on the shared 2-core
+// host the emulator saw heartbeats up to 0.46 s late without them and
+// 0.05 to 0.38 s with them (the tail is the host, segments dropped and
+// retransmitted), so the lateness only separates them at 128 shards
+// (BenchmarkKernelEventsDelivery128, docs/events.md "Figures"); reverted,
+// this test fails on read_skips.
 func TestKernelHeartbeatsUnderFlood(t *testing.T) {
 	const (
 		shards   = hbFloodShards
@@ -86,8 +92,9 @@ func TestKernelHeartbeatsUnderFlood(t *testing.T) {
 			t.Logf("connection %d's heartbeats (n@since the flood window): %s", x.Conn, strings.Join(at, " "))
 		}
 	}
-	if worst > hbFloodGap {
-		t.Errorf("the emulator saw a heartbeat %v after the %v interval, over %v", worst.Round(time.Millisecond), interval, hbFloodGap)
+	skips := regexp.MustCompile(`read_skips=(\d+)`).FindAllStringSubmatch(con, -1)
+	if len(skips) == 0 || skips[len(skips)-1][1] == "0" {
+		t.Error("read_skips=0 (or no node line): the pass's read budget never put a read off under the flood")
 	}
 	if got := l.acceptedIdentifies(); got != shards {
 		t.Errorf("%d accepted Identifies for %d shards: a session was lost", got, shards)
@@ -103,10 +110,9 @@ func TestKernelHeartbeatsUnderFlood(t *testing.T) {
 }
 
 const (
-	hbFloodShards = 32
-	hbFloodRate   = 1000.0                 // MESSAGE_CREATE/s asked per session: far above the node's ceiling
+	hbFloodShards = 16
+	hbFloodRate   = 2000.0                 // MESSAGE_CREATE/s asked per session: far above the node's ceiling
 	hbFloodGrace  = 2 * time.Second        // the emulator's grace after the interval: packets the loaded host drops cost a retransmission
 	hbFloodLate   = 250 * time.Millisecond // how late after its deadline the node may send a heartbeat
-	hbFloodGap    = time.Second            // how late after the interval the emulator may see one (a retransmitted segment included)
 	hbFloodBytes  = 1024
 )
