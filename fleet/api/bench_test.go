@@ -19,6 +19,7 @@ import (
 
 	"github.com/discord-pxe/dpxe/appliance"
 	"github.com/discord-pxe/dpxe/fleet/controller"
+	"github.com/discord-pxe/dpxe/fleet/store"
 )
 
 // Load shape of the check-in benchmark.
@@ -209,10 +210,23 @@ func BenchmarkCheckin(b *testing.B) {
 	b.Run("nodes=10000/status", func(b *testing.B) { benchCheckin(b, 10000, true) })
 }
 
-func benchCheckin(b *testing.B, nodes int, withStatus bool) {
+// checkinServer is the real API on a store, with a fleet of nodes joined
+// and settled on one plan.
+type checkinServer struct {
+	*benchTarget
+	ctrl     *controller.Controller
+	plan     controller.PlanView
+	capacity int
+	settle   time.Duration
+	rounds   int
+}
+
+// startCheckinServer serves the API on st (lead, when not nil, makes the
+// controller the leading replica) and joins nodes nodes, whose check-ins
+// then carry per-shard status when withStatus. The controller runs until
+// the benchmark ends.
+func startCheckinServer(b *testing.B, st *store.Store, lead func(*controller.Controller), nodes int, withStatus bool) *checkinServer {
 	ctx := context.Background()
-	st, lead := benchStore(b) // bench_ha_test.go: SQLite, or a PostgreSQL leader
-	defer st.Close()
 	total := uint32(min(nodes*13, appliance.MaxTotalShards))
 	capacity := int(total)/nodes + 1
 	ctrl, err := controller.New(ctx, st, controller.Config{TotalShards: total, MaxConcurrency: 16}, time.Now, nil)
@@ -225,7 +239,7 @@ func benchCheckin(b *testing.B, nodes int, withStatus bool) {
 	runCtx, stop := context.WithCancel(ctx)
 	runDone := make(chan error, 1)
 	go func() { runDone <- ctrl.Run(runCtx, benchFlushEvery) }()
-	defer func() { stop(); <-runDone }()
+	b.Cleanup(func() { stop(); <-runDone })
 	mux := http.NewServeMux()
 	New(ctrl, HashToken("bench-admin"), nil).Register(mux)
 	bt := &benchTarget{url: serveMux(b, mux)}
@@ -275,7 +289,23 @@ func benchCheckin(b *testing.B, nodes int, withStatus bool) {
 	if p.Owned != total {
 		b.Fatalf("setup: %d of %d shards owned: %+v", p.Owned, total, p.Ranges[:1])
 	}
-	reply, _ := json.Marshal(appliance.CheckinResponse{Generation: p.Generation, TotalShards: total,
+	return &checkinServer{benchTarget: bt, ctrl: ctrl, plan: p, capacity: capacity, settle: settle, rounds: rounds}
+}
+
+// checkSteady fails the benchmark if the load changed the plan: steady
+// check-ins must not.
+func (cs *checkinServer) checkSteady(b *testing.B) {
+	if g := cs.ctrl.Plan().Generation; g != cs.plan.Generation {
+		b.Fatalf("steady check-ins changed the generation %d -> %d", cs.plan.Generation, g)
+	}
+}
+
+func benchCheckin(b *testing.B, nodes int, withStatus bool) {
+	st, lead := benchStore(b) // bench_ha_test.go: SQLite, or a PostgreSQL leader
+	defer st.Close()
+	cs := startCheckinServer(b, st, lead, nodes, withStatus)
+	bt, p, capacity := cs.benchTarget, cs.plan, cs.capacity
+	reply, _ := json.Marshal(appliance.CheckinResponse{Generation: p.Generation, TotalShards: p.TotalShards,
 		Assigned: make([]uint32, capacity-1), Pending: []uint32{}, RangeCount: uint32(capacity - 1), LeaseSeconds: 30, MaxConcurrency: 16, NextCheckinMS: 10000})
 	bare := &benchTarget{url: serveMux(b, bareHandler(reply)), bodies: bt.bodies, creds: bt.creds}
 
@@ -307,15 +337,13 @@ func benchCheckin(b *testing.B, nodes int, withStatus bool) {
 		b.ReportMetric(ms(pd.p50), "dpxe-1k/s-p50-ms")
 		b.ReportMetric(ms(pd.p99), "dpxe-1k/s-p99-ms")
 		b.ReportMetric(ms(pb.p99), "bare-1k/s-p99-ms")
-		b.ReportMetric(settle.Seconds(), "join-settle-s")
-		b.ReportMetric(float64(rounds), "join-rounds")
+		b.ReportMetric(cs.settle.Seconds(), "join-settle-s")
+		b.ReportMetric(float64(cs.rounds), "join-rounds")
 		b.ReportMetric(rss, "rss-MiB")
 		b.ReportMetric(rssMiB(), "rss-after-load-MiB")
 		b.ReportMetric(float64(heap.HeapInuse)/(1<<20), "heap-MiB")
 	}
-	if g := ctrl.Plan().Generation; g != p.Generation {
-		b.Fatalf("steady check-ins changed the generation %d -> %d", p.Generation, g)
-	}
+	cs.checkSteady(b)
 }
 
 // median returns the run with the median throughput.

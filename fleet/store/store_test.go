@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -85,7 +86,10 @@ func TestNodesBatchRoundTrip(t *testing.T) { pgtest.Each(t, nodesBatchRoundTrip)
 
 func nodesBatchRoundTrip(t *testing.T, dsn string) {
 	ctx := context.Background()
-	s, path := openTemp(t)
+	s, err := Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
 	now := time.UnixMilli(1_700_000_000_123).UTC()
 	if err := s.CreateNode(ctx, "n1", []byte{1, 2, 3}, now); err != nil {
 		t.Fatal(err)
@@ -116,7 +120,7 @@ func nodesBatchRoundTrip(t *testing.T, dsn string) {
 		t.Fatal("foreign key not enforced")
 	}
 	s.Close()
-	s, err := Open(ctx, path)
+	s, err = Open(ctx, dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,8 +162,7 @@ func TestEventsAreBounded(t *testing.T) { pgtest.Each(t, eventsAreBounded) }
 
 func eventsAreBounded(t *testing.T, dsn string) {
 	ctx := context.Background()
-	s, _ := openTemp(t)
-	defer s.Close()
+	s := openDSN(t, dsn)
 	s.maxEvents = 5
 	for i := 0; i < 4; i++ {
 		b := &Batch{}
@@ -249,6 +252,53 @@ func testShardStatusBatches(t *testing.T, dsn string) {
 		}
 		if x.NodeID != want {
 			t.Fatalf("shard %d: node %s, want %s", x.ShardID, x.NodeID, want)
+		}
+	}
+}
+
+func TestNodeRowBatches(t *testing.T) { pgtest.Each(t, testNodeRowBatches) }
+
+// testNodeRowBatches: a batch of more node rows than one PostgreSQL
+// statement carries writes each node's last state, and leaves a node
+// deleted meanwhile deleted.
+func testNodeRowBatches(t *testing.T, dsn string) {
+	ctx := context.Background()
+	s := openDSN(t, dsn)
+	now := time.UnixMilli(1_800_000_000_000).UTC()
+	const nodes = nodeRowChunk*2 + 7
+	var b Batch
+	for i := range nodes {
+		id := fmt.Sprintf("n%04d", i)
+		if err := s.CreateNode(ctx, id, []byte("h"), now); err != nil {
+			t.Fatal(err)
+		}
+		b.Nodes = append(b.Nodes, NodeState{ID: id, Capacity: i % 128, FirstSeen: now, LastSeen: now.Add(time.Duration(i) * time.Millisecond),
+			LeaseDeadline: now.Add(30 * time.Second), Live: i%2 == 0, AckedGeneration: uint64(i) << 33, Held: fmt.Sprintf("%d-%d", i, i+3),
+			Address: fmt.Sprintf("10.0.%d.%d:80", i/256, i%256), Ready: i % 5, Starting: 1, Backoff: 2, Fatal: i % 3, Draining: i%7 == 0})
+	}
+	// The same node twice: its last state is the one kept.
+	last := b.Nodes[5]
+	last.Capacity, last.Held, last.Draining = 99, "", !last.Draining
+	b.Nodes = append(b.Nodes, last)
+	if err := s.DeleteNode(ctx, "n0003"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Apply(ctx, &b); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range b.Nodes[:nodes] {
+		got, err := s.Node(ctx, want.ID)
+		switch {
+		case i == 3:
+			if !errors.Is(err, ErrNotFound) {
+				t.Fatalf("deleted node %s came back: %+v %v", want.ID, got, err)
+			}
+			continue
+		case i == 5:
+			want = last
+		}
+		if err != nil || !reflect.DeepEqual(got.NodeState, want) {
+			t.Fatalf("node %d: %+v %v\nwant %+v", i, got.NodeState, err, want)
 		}
 	}
 }
