@@ -636,6 +636,37 @@ var nodeRowColumns = []struct{ name, typ string }{
 	{"fatal_shards", "bigint"},
 }
 
+// nodeRowTypes are the types of a node row's parameters: its id, then
+// nodeRowColumns.
+var nodeRowTypes = func() []string {
+	t := []string{"text"}
+	for _, c := range nodeRowColumns {
+		t = append(t, c.typ)
+	}
+	return t
+}()
+
+// shardStatusTypes are a shard status row's parameters, untyped: an
+// INSERT's VALUES take their types from the columns.
+var shardStatusTypes = make([]string, 10)
+
+// writeRowParams writes one row of numbered parameters, "($first::type,
+// ...)", one per type ("" for none), for a multi-row statement. Numbered
+// in place: Store.q would cache every chunk size's text.
+func writeRowParams(q *strings.Builder, first int, types []string) {
+	q.WriteString("(")
+	for c, typ := range types {
+		if c > 0 {
+			q.WriteString(", ")
+		}
+		q.WriteString("$" + strconv.Itoa(first+c))
+		if typ != "" {
+			q.WriteString("::" + typ)
+		}
+	}
+	q.WriteString(")")
+}
+
 // updateNodeRows writes node rows on PostgreSQL with multi-row updates, a
 // thousand rows a statement: every statement is a round trip there, and a
 // leader of 10,000 nodes renewing every 10 s writes a thousand rows a
@@ -669,11 +700,7 @@ func (t *txn) updateNodeRows(ctx context.Context, all []NodeState) error {
 			if i > 0 {
 				q.WriteString(",")
 			}
-			q.WriteString("($" + strconv.Itoa(i*cols+1) + "::text")
-			for c, col := range nodeRowColumns {
-				q.WriteString(", $" + strconv.Itoa(i*cols+c+2) + "::" + col.typ)
-			}
-			q.WriteString(")")
+			writeRowParams(&q, i*cols+1, nodeRowTypes)
 			args = append(args, x.ID, b2i(x.Draining), x.Capacity, ms(x.FirstSeen), ms(x.LastSeen), ms(x.LeaseDeadline),
 				b2i(x.Live), x.AckedGeneration, x.Held, x.Address, x.Ready, x.Starting, x.Backoff, x.Fatal)
 		}
@@ -720,14 +747,7 @@ func (t *txn) upsertShardStatusRows(ctx context.Context, all []ShardStatus) erro
 			if i > 0 {
 				q.WriteString(",")
 			}
-			q.WriteString("(")
-			for c := range 10 {
-				if c > 0 {
-					q.WriteString(", ")
-				}
-				q.WriteString("$" + strconv.Itoa(i*10+c+1))
-			}
-			q.WriteString(")")
+			writeRowParams(&q, i*10+1, shardStatusTypes)
 			args = append(args, x.ShardID, x.NodeID, x.State, b2i(x.SeqValid), x.HeartbeatAcks, x.HeartbeatMisses,
 				x.Reconnects, x.LastError, x.CloseCode, ms(x.UpdatedAt))
 		}
