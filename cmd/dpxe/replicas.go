@@ -7,17 +7,20 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/discord-pxe/dpxe/fleet/controller"
+	"github.com/discord-pxe/dpxe/fleet/store"
 )
 
 // `dpxe replicas` lists the controller replicas sharing the server's
 // PostgreSQL database (GET /v1/replicas, docs/ha.md): each one's ID,
-// advertised URL, role, term, heartbeat age and the URLs nodes on the
-// boot network reach it by (--json: every node URL, by route).
+// advertised URL, role, term, heartbeat age, the pin of its HTTPS key
+// and the URLs nodes on the boot network reach it by (--json: every node
+// URL, by route), and warns on stderr when the replicas' keys differ.
 
 func init() {
 	register(&command{name: "replicas", summary: "list the controller replicas on one PostgreSQL (leader, followers, heartbeats)", run: runReplicas})
@@ -57,7 +60,7 @@ func runReplicas(ctx context.Context, args []string) error {
 		return printJSON(v)
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "REPLICA\tURL\tROLE\tTERM\tHEARTBEAT\tBOOT NETWORK URLS")
+	fmt.Fprintln(tw, "REPLICA\tURL\tROLE\tTERM\tHEARTBEAT\tTLS PIN\tBOOT NETWORK URLS")
 	for _, r := range v.Replicas {
 		var boot []string
 		for _, route := range []controller.Route{controller.RouteBootHTTP, controller.RouteBootHTTPS} {
@@ -68,7 +71,42 @@ func runReplicas(ctx context.Context, args []string) error {
 		if len(boot) == 0 {
 			boot = []string{"-"}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s ago\t%s\n", r.ID, r.URL, r.Role, r.Term, r.Age.Round(time.Millisecond), strings.Join(boot, " "))
+		pin := "-"
+		if r.TLSPin != "" {
+			pin = shortPin(r.TLSPin)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s ago\t%s\t%s\n", r.ID, r.URL, r.Role, r.Term, r.Age.Round(time.Millisecond), pin, strings.Join(boot, " "))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if pins := tlsPins(v.Replicas); len(pins) > 1 {
+		fmt.Fprintf(os.Stderr, "warning: the replicas serve HTTPS with %d different keys (%s): a node pinned to one refuses the others, so it cannot move between them; give every replica the same --tls-cert and --tls-key (docs/ha.md)\n",
+			len(pins), strings.Join(pins, ", "))
+	}
+	return nil
+}
+
+// tlsPins lists the distinct TLS pins of rs, in order of first
+// appearance, each shortened to its first 16 digits.
+func tlsPins(rs []store.Replica) []string {
+	var pins []string
+	for _, r := range rs {
+		if r.TLSPin != "" && !slices.Contains(pins, r.TLSPin) {
+			pins = append(pins, r.TLSPin)
+		}
+	}
+	for i, p := range pins {
+		pins[i] = shortPin(p)
+	}
+	return pins
+}
+
+// shortPin is a pin's first 16 hex digits, enough to tell keys apart on
+// a terminal.
+func shortPin(p string) string {
+	if len(p) <= 16 {
+		return p
+	}
+	return p[:16] + "..."
 }

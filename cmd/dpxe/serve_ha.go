@@ -126,8 +126,13 @@ type replica struct {
 	// nodeURLs are the URLs nodes reach this replica by, per route
 	// (nodeURLs, store.Replica.NodeURLs).
 	nodeURLs map[string]string
-	started  time.Time
-	proxies  map[string]*httputil.ReverseProxy
+	// tlsPin is the pin of the key this replica serves nodes HTTPS with
+	// ("" without HTTPS); pinWarned, the other replicas' pins it has
+	// logged as different from it (checkPins).
+	tlsPin    string
+	pinWarned map[string]string
+	started   time.Time
+	proxies   map[string]*httputil.ReverseProxy
 }
 
 // haTestMutation is empty in every build but the replica tests' mutated
@@ -207,6 +212,9 @@ func (r *replica) names() {
 		bootHTTP, bootHTTPS = b.httpURL, b.httpsURL
 	}
 	r.nodeURLs = nodeURLs(r.advertise, port, tlsPort, bootHTTP, bootHTTPS)
+	if r.app.tls != nil {
+		r.tlsPin = r.app.tls.Pin
+	}
 }
 
 // nodeURLs are the URLs nodes reach a replica by, per route
@@ -310,7 +318,8 @@ func (r *replica) heartbeat(ctx context.Context, timeout time.Duration) {
 	defer cancel()
 	role := r.app.controller.Role()
 	st := r.app.store
-	if err := st.Heartbeat(ctx, store.Replica{ID: r.id, URL: r.advertise, NodeURLs: r.nodeURLs, Role: role.Name(), Term: role.Term, StartedAt: r.started}); err != nil {
+	if err := st.Heartbeat(ctx, store.Replica{ID: r.id, URL: r.advertise, NodeURLs: r.nodeURLs, TLSPin: r.tlsPin,
+		Role: role.Name(), Term: role.Term, StartedAt: r.started}); err != nil {
 		r.log.Warn("replica heartbeat failed", "err", err)
 		return
 	}
@@ -320,6 +329,39 @@ func (r *replica) heartbeat(ctx context.Context, timeout time.Duration) {
 		return
 	}
 	r.app.controller.SetControllers(controllersByRoute(rs))
+	r.checkPins(rs)
+}
+
+// checkPins logs, once per replica and key, each live replica serving
+// nodes HTTPS with a key other than this replica's: a node pinned to one
+// key refuses the other replica, so it cannot move there when this one
+// fails (docs/ha.md). The answers still list it; the fix is the
+// operator's (one --tls-cert/--tls-key for every replica).
+func (r *replica) checkPins(rs []store.Replica) {
+	for _, x := range differentPins(r.id, r.tlsPin, rs) {
+		if r.pinWarned[x.ID] == x.TLSPin {
+			continue
+		}
+		if r.pinWarned == nil {
+			r.pinWarned = map[string]string{}
+		}
+		r.pinWarned[x.ID] = x.TLSPin
+		r.log.Error("another replica serves HTTPS with another key: nodes pinned to this one's key cannot move to it, nor its nodes here; give every replica the same --tls-cert and --tls-key (docs/ha.md)",
+			"replica", x.ID, "its_pin", x.TLSPin, "pin", r.tlsPin)
+	}
+}
+
+// differentPins returns the replicas of rs other than id that serve HTTPS
+// with a key other than pin, when pin is one (a replica without HTTPS has
+// no key for nodes to pin).
+func differentPins(id, pin string, rs []store.Replica) []store.Replica {
+	var out []store.Replica
+	for _, x := range rs {
+		if pin != "" && x.ID != id && x.TLSPin != "" && x.TLSPin != pin {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 // controllersByRoute lists, per route, the URLs of the replicas rs (in

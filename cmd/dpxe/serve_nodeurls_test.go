@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -103,7 +104,8 @@ func TestReplicasNodeURLs(t *testing.T) {
 	// One operator certificate for both replicas, so a node's pin holds
 	// at either.
 	certDir := filepath.Join(dir, "cert")
-	if _, err := ctlcert.LoadOrCreate(certDir, []string{"127.0.0.1", subnet + ".1", subnet + ".2"}, time.Now()); err != nil {
+	ident, err := ctlcert.LoadOrCreate(certDir, []string{"127.0.0.1", subnet + ".1", subnet + ".2"}, time.Now())
+	if err != nil {
 		t.Fatal(err)
 	}
 	ports, tlsPorts := freeport.Ports(t, 2), freeport.Ports(t, 2)
@@ -209,6 +211,7 @@ func TestReplicasNodeURLs(t *testing.T) {
 			ID       string            `json:"id"`
 			URL      string            `json:"url"`
 			NodeURLs map[string]string `json:"node_urls"`
+			TLSPin   string            `json:"tls_pin"`
 		} `json:"replicas"`
 	}
 	if err := json.Unmarshal([]byte(out), &rr); err != nil || len(rr.Replicas) != 2 {
@@ -218,6 +221,14 @@ func TestReplicasNodeURLs(t *testing.T) {
 		if r.ID != names[i] || r.URL != want["http"][i] || r.NodeURLs["boot-http"] != want["boot-http"][i] ||
 			r.NodeURLs["boot-https"] != want["boot-https"][i] || r.NodeURLs["https"] != want["https"][i] {
 			t.Fatalf("GET /v1/replicas: replica %d: %+v", i, r)
+		}
+		if r.TLSPin != ident.Pin {
+			t.Fatalf("GET /v1/replicas: replica %d's tls_pin %q, want the certificate's %q", i, r.TLSPin, ident.Pin)
+		}
+	}
+	for i, p := range procs {
+		if strings.Contains(p.logs(), pinMismatchLog) {
+			t.Fatalf("replica %d, with the same key as the other, logs a key mismatch:\n%s", i, p.logs())
 		}
 	}
 	out, err = ns.Run(ctx, bin, "replicas", "--server", fmt.Sprintf("http://127.0.0.1:%d", ports[leader]),
@@ -229,6 +240,9 @@ func TestReplicasNodeURLs(t *testing.T) {
 		if !strings.Contains(out, want["http"][i]) || !strings.Contains(out, want["boot-http"][i]+" "+want["boot-https"][i]) {
 			t.Fatalf("dpxe replicas does not show replica %d's advertised and boot URLs:\n%s", i, out)
 		}
+	}
+	if strings.Contains(out, "warning") || strings.Count(out, shortPin(ident.Pin)) != 2 {
+		t.Fatalf("dpxe replicas with one key: want its pin on both rows and no warning:\n%s", out)
 	}
 	t.Logf("dpxe replicas:\n%s", out)
 }
@@ -271,6 +285,77 @@ func TestNodeURLsByRoute(t *testing.T) {
 	if !maps.EqualFunc(got, want, slices.Equal) {
 		t.Fatalf("controllersByRoute = %v, want %v", got, want)
 	}
+}
+
+// pinMismatchLog is how a replica's log names another replica serving
+// HTTPS with another key.
+const pinMismatchLog = "another replica serves HTTPS with another key"
+
+// TestReplicasTLSKeyMismatch: two replicas on one PostgreSQL database,
+// each serving HTTPS with a key of its own (a node pinned to one would
+// refuse the other). Each must record its pin, log the other's different
+// pin once, and `dpxe replicas` must show both pins and warn. About 5 s.
+// TestReplicasNodeURLs is the contrast: one key, no warning. Mutation:
+// with differentPins returning nothing, it fails.
+func TestReplicasTLSKeyMismatch(t *testing.T) {
+	_, dsn := haDatabase(t)
+	dir := t.TempDir()
+	bin, err := buildDpxe(dir)
+	if err != nil {
+		t.Fatalf("build: %v", err)
+	}
+	tokenFile := filepath.Join(dir, "admin.token")
+	var procs []*serveProc
+	var pins []string
+	for i, name := range []string{"ka", "kb"} {
+		d := filepath.Join(dir, name)
+		ident, err := ctlcert.LoadOrCreate(filepath.Join(d, "cert"), []string{"127.0.0.1"}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		pins = append(pins, ident.Pin)
+		procs = append(procs, startServe(t, bin, "--db", dsn, "--tls-listen", freeport.Addr(t),
+			"--tls-cert", filepath.Join(d, "cert", ctlcert.CertFile), "--tls-key", filepath.Join(d, "cert", ctlcert.KeyFile),
+			"--admin-token-file", tokenFile, "--metrics-token-file", filepath.Join(d, "metrics.token"),
+			"--nats-store", filepath.Join(d, "nats"), "--replica-id", name, "--leader-lease", "3s"))
+		if i == 0 {
+			waitLog(t, procs[0], "role changed")
+		}
+	}
+	if pins[0] == pins[1] {
+		t.Fatal("two generated keys with one pin")
+	}
+	// Each replica heartbeats every second; each logs the other once.
+	for i, p := range procs {
+		other := []string{"ka", "kb"}[1-i]
+		waitLog(t, p, pinMismatchLog)
+		logs := p.logs()
+		var line string
+		for _, l := range strings.Split(logs, "\n") {
+			if strings.Contains(l, pinMismatchLog) {
+				line = l
+			}
+		}
+		if n := strings.Count(logs, pinMismatchLog); n != 1 || !strings.Contains(line, " replica="+other+" ") ||
+			!strings.Contains(line, " its_pin="+pins[1-i]+" ") || !strings.HasSuffix(line, " pin="+pins[i]) {
+			t.Fatalf("replica %d logs the mismatch %d times (want once, naming %s and both pins):\n%s", i, n, other, logs)
+		}
+	}
+	cmd := exec.Command(bin, "replicas", "--server", procs[1].url, "--token-file", tokenFile)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("dpxe replicas: %v\n%s%s", err, stdout.String(), stderr.String())
+	}
+	for _, p := range pins {
+		if !strings.Contains(stdout.String(), shortPin(p)) || !strings.Contains(stderr.String(), shortPin(p)) {
+			t.Fatalf("dpxe replicas does not show pin %s on its row and in its warning:\n%s%s", shortPin(p), stdout.String(), stderr.String())
+		}
+	}
+	if !strings.Contains(stderr.String(), "2 different keys") {
+		t.Fatalf("dpxe replicas does not warn of two keys:\n%s", stderr.String())
+	}
+	t.Logf("dpxe replicas:\n%s%s", stdout.String(), stderr.String())
 }
 
 // readToken reads a token file.

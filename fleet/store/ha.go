@@ -71,6 +71,13 @@ const schemaReplicaNodeURLs = `
 ALTER TABLE replicas ADD COLUMN node_urls TEXT NOT NULL DEFAULT '';
 `
 
+// schemaReplicaTLSPin is migration 10: the SHA-256 pin of the key each
+// replica serves nodes HTTPS with (Replica.TLSPin; ” without HTTPS or
+// from a replica of before it).
+const schemaReplicaTLSPin = `
+ALTER TABLE replicas ADD COLUMN tls_pin TEXT NOT NULL DEFAULT '';
+`
+
 // Errors of the replica layer.
 var (
 	// ErrFenced is returned by Apply when the batch's fence no longer
@@ -251,11 +258,16 @@ type Replica struct {
 	// advertised URL and its other scheme), "boot-http" and "boot-https"
 	// on the boot network (its netboot controller URL). The check-in
 	// answers list the replicas' URLs of the way the node came.
-	NodeURLs    map[string]string `json:"node_urls,omitempty"`
-	Role        string            `json:"role"` // "leader" or "follower"
-	Term        uint64            `json:"term"` // the term it last saw
-	StartedAt   time.Time         `json:"started_at"`
-	HeartbeatAt time.Time         `json:"heartbeat_at"` // the database's clock
+	NodeURLs map[string]string `json:"node_urls,omitempty"`
+	// TLSPin is the pin (hex SHA-256 of the public key, as nodes'
+	// controller_pin) of the key it serves nodes HTTPS with; "" when it
+	// serves none. A node pinned to one key refuses a replica with another,
+	// so every replica should have the same (docs/ha.md).
+	TLSPin      string    `json:"tls_pin,omitempty"`
+	Role        string    `json:"role"` // "leader" or "follower"
+	Term        uint64    `json:"term"` // the term it last saw
+	StartedAt   time.Time `json:"started_at"`
+	HeartbeatAt time.Time `json:"heartbeat_at"` // the database's clock
 	// Age is how long ago the heartbeat was, on the database's clock.
 	Age time.Duration `json:"age_ns"`
 }
@@ -274,18 +286,18 @@ func (s *Store) Heartbeat(ctx context.Context, r Replica) error {
 		}
 		nodeURLs = string(b)
 	}
-	_, err := s.exec(ctx, `INSERT INTO replicas(id, url, node_urls, role, term, started_at, heartbeat_at)
-		VALUES(?, ?, ?, ?, ?, ?, `+s.dbNowMS()+`)
-		ON CONFLICT(id) DO UPDATE SET url = excluded.url, node_urls = excluded.node_urls, role = excluded.role, term = excluded.term,
-		started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at`,
-		r.ID, r.URL, nodeURLs, r.Role, r.Term, ms(r.StartedAt))
+	_, err := s.exec(ctx, `INSERT INTO replicas(id, url, node_urls, tls_pin, role, term, started_at, heartbeat_at)
+		VALUES(?, ?, ?, ?, ?, ?, ?, `+s.dbNowMS()+`)
+		ON CONFLICT(id) DO UPDATE SET url = excluded.url, node_urls = excluded.node_urls, tls_pin = excluded.tls_pin,
+		role = excluded.role, term = excluded.term, started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at`,
+		r.ID, r.URL, nodeURLs, r.TLSPin, r.Role, r.Term, ms(r.StartedAt))
 	return err
 }
 
 // Replicas lists the replicas whose heartbeat is at most maxAge old on
 // the database's clock (every one if maxAge is 0), by ID.
 func (s *Store) Replicas(ctx context.Context, maxAge time.Duration) ([]Replica, error) {
-	q := `SELECT id, url, node_urls, role, term, started_at, heartbeat_at, ` + s.dbNowMS() + ` FROM replicas`
+	q := `SELECT id, url, node_urls, tls_pin, role, term, started_at, heartbeat_at, ` + s.dbNowMS() + ` FROM replicas`
 	var args []any
 	if maxAge > 0 {
 		q += ` WHERE heartbeat_at >= ` + s.dbNowMS() + ` - ?`
@@ -301,7 +313,7 @@ func (s *Store) Replicas(ctx context.Context, maxAge time.Duration) ([]Replica, 
 		var r Replica
 		var started, hb, now int64
 		var nodeURLs string
-		if err := rows.Scan(&r.ID, &r.URL, &nodeURLs, &r.Role, &r.Term, &started, &hb, &now); err != nil {
+		if err := rows.Scan(&r.ID, &r.URL, &nodeURLs, &r.TLSPin, &r.Role, &r.Term, &started, &hb, &now); err != nil {
 			return nil, err
 		}
 		if nodeURLs != "" {

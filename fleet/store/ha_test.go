@@ -203,7 +203,8 @@ func testReplicasHeartbeat(t *testing.T, dsn string) {
 	s := openDSN(t, dsn)
 	start := time.Now()
 	nodeURLs := map[string]string{"boot-http": "http://10.0.0.2:8080", "boot-https": "https://10.0.0.2:8443"}
-	for _, r := range []Replica{{ID: "r2", URL: "http://b", NodeURLs: nodeURLs, Role: "follower", Term: 3, StartedAt: start},
+	pin := strings.Repeat("3f", 32)
+	for _, r := range []Replica{{ID: "r2", URL: "http://b", NodeURLs: nodeURLs, TLSPin: pin, Role: "follower", Term: 3, StartedAt: start},
 		{ID: "r1", URL: "http://a", Role: "leader", Term: 3, StartedAt: start}} {
 		if err := s.Heartbeat(ctx, r); err != nil {
 			t.Fatal(err)
@@ -215,6 +216,9 @@ func testReplicasHeartbeat(t *testing.T, dsn string) {
 	}
 	if !maps.Equal(rs[1].NodeURLs, nodeURLs) || rs[0].NodeURLs != nil {
 		t.Fatalf("node URLs: %v and %v, want %v and none", rs[1].NodeURLs, rs[0].NodeURLs, nodeURLs)
+	}
+	if rs[1].TLSPin != pin || rs[0].TLSPin != "" {
+		t.Fatalf("TLS pins: %q and %q, want %q and none", rs[1].TLSPin, rs[0].TLSPin, pin)
 	}
 	if _, err := s.DB().Exec(s.q(`UPDATE replicas SET heartbeat_at = heartbeat_at - 600000 WHERE id = ?`), "r2"); err != nil {
 		t.Fatal(err)

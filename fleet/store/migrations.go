@@ -27,6 +27,7 @@ var migrations = []migration{
 	{7, "shard sessions for crash resume", schemaSessions},
 	{8, "node leases committed before the answer", schemaNodeLeases},
 	{9, "replicas' node-facing URLs", schemaReplicaNodeURLs},
+	{10, "replicas' TLS key pins", schemaReplicaTLSPin},
 }
 
 // schemaV4 is the dashboard's 24-hour fleet history (history.go): one row

@@ -247,6 +247,7 @@ func testMigrationDropsDuplicateLeases(t *testing.T, dsn string) {
 		`DROP TABLE shard_sessions`,
 		`DROP TABLE node_leases`,
 		`ALTER TABLE replicas DROP COLUMN node_urls`,
+		`ALTER TABLE replicas DROP COLUMN tls_pin`,
 		`DELETE FROM schema_migrations WHERE version >= 6`,
 		`INSERT INTO netboot_leases (ip, mac, expiry, declined) VALUES
 			('10.0.0.1', 'aa', 100, 0), ('10.0.0.2', 'aa', 200, 0),
