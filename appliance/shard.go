@@ -133,6 +133,51 @@ func (s *ShardContext) NoteAck() {
 	s.HeartbeatMisses = 0
 }
 
+// BehindBeats is how many heartbeats in a row a shard that was behind on
+// reading may send with an ACK owed before the zombie rule applies
+// (kernel GW_BEHIND_BEATS).
+const BehindBeats = 3
+
+// BeatVerdict is what a due heartbeat does under the zombie rule (kernel
+// BEAT_*, shard_beat_verdict).
+type BeatVerdict uint32
+
+// The verdicts, numbered as the kernel's.
+const (
+	BeatSend      BeatVerdict = 0 // the last heartbeat was acknowledged: send
+	BeatOwed      BeatVerdict = 1 // ACK owed, the shard behind on reading: send, the rule put off
+	BeatOwedFirst BeatVerdict = 2 // the same on the streak's first miss (the kernel logs it)
+	BeatZombie    BeatVerdict = 3 // ACK owed and not excused: close the connection
+)
+
+// BeatVerdict is the zombie rule of seed 000 with the kernel's read-budget
+// exception, for a heartbeat that is due (gw_heartbeat_tick). Without
+// FlagAwaitingAck it is BeatSend and the miss streak is kept. With it the
+// streak grows by one; the connection is a zombie unless behind (the read
+// budget or delivery's full window left the connection's bytes unread
+// since the last heartbeat, so its ACK may be queued behind them) and the
+// streak is at most BehindBeats, in which case the heartbeat is sent anyway
+// (BeatOwedFirst on the first miss). Flags are not changed.
+//
+// HeartbeatMisses is a uint32 that wraps as the kernel's INC does: after
+// 0xFFFFFFFF it is 0, which a behind shard sends as BeatOwed (0 is neither
+// over the bound nor the first miss). That takes 2^32 heartbeats without
+// an ACK, each past the bound resetting the connection, so it does not
+// happen; the two sides agree on it anyway.
+func (s *ShardContext) BeatVerdict(behind bool) BeatVerdict {
+	if s.Flags&FlagAwaitingAck == 0 {
+		return BeatSend
+	}
+	s.HeartbeatMisses++
+	switch {
+	case !behind || s.HeartbeatMisses > BehindBeats:
+		return BeatZombie
+	case s.HeartbeatMisses == 1:
+		return BeatOwedFirst
+	}
+	return BeatOwed
+}
+
 // MarkReady records READY: state READY, the READY flag, the next session generation.
 func (s *ShardContext) MarkReady() {
 	s.State = KernelStateReady
@@ -214,7 +259,7 @@ func (r *ShardRuntime) ExpireLease() {
 const SelfTestCases = 4096
 
 // SelfTestFormulas names the digests in the order the kernel prints them.
-var SelfTestFormulas = []string{"bucket", "heartbeat", "ack", "ready", "backoff", "resume", "lease", "route", "grant", "capacity", "ping", "budget", "tsccal", "ctlswitch", "rfc3339", "ttime", "handover"}
+var SelfTestFormulas = []string{"bucket", "heartbeat", "ack", "ready", "backoff", "resume", "lease", "route", "grant", "capacity", "ping", "budget", "tsccal", "ctlswitch", "rfc3339", "ttime", "handover", "beat"}
 
 // splitmix64 is the PRNG both sides implement (Steele, Lea, Flood 2014).
 type splitmix64 struct{ state uint64 }
@@ -473,6 +518,26 @@ func SelfTestDigests(seed uint32) map[string]uint64 {
 			first = received + 1 + k
 		}
 		d.add32(HandoverSeq(received, r2&1 != 0, first))
+	})
+	run("beat", func(d *digest) {
+		r1, r2 := rng.next(), rng.next()
+		s := ShardContext{Flags: uint32(r1)}
+		k := uint32(r2>>34) & 7
+		switch (r2 >> 32) & 3 {
+		case 0:
+			s.HeartbeatMisses = uint32(r1 >> 32)
+		case 2: // at the wrap
+			s.HeartbeatMisses = ^(k & 3)
+		default: // around the bound
+			s.HeartbeatMisses = k
+		}
+		var behind uint32
+		if (r2>>40)&1 != 0 {
+			behind = uint32(r2) >> ((r2 >> 41) & 31)
+		}
+		d.add32(uint32(s.BeatVerdict(behind != 0)))
+		d.add32(s.HeartbeatMisses)
+		d.add32(s.Flags)
 	})
 	return out
 }

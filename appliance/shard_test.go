@@ -56,6 +56,60 @@ func TestShardFormulasKnownAnswers(t *testing.T) {
 	}
 }
 
+// The zombie rule with its read-budget exception, case by case: the
+// kernel's shard_beat_verdict must answer the same (self-test digest "beat").
+func TestBeatVerdict(t *testing.T) {
+	const owed = FlagAwaitingAck | FlagReady
+	for _, tc := range []struct {
+		name       string
+		flags      uint32
+		misses     uint32
+		behind     bool
+		want       BeatVerdict
+		wantMisses uint32
+	}{
+		{"acknowledged", FlagReady, 0, false, BeatSend, 0},
+		{"acknowledged keeps the streak", FlagReady, 7, true, BeatSend, 7},
+		{"acknowledged at the wrap", FlagReady, 0xFFFFFFFF, false, BeatSend, 0xFFFFFFFF},
+		{"owed, all read: zombie", owed, 0, false, BeatZombie, 1},
+		{"owed, all read, mid-streak: zombie", owed, 2, false, BeatZombie, 3},
+		{"owed, behind, first miss: logged", owed, 0, true, BeatOwedFirst, 1},
+		{"owed, behind, second miss", owed, 1, true, BeatOwed, 2},
+		{"owed, behind, at the bound", owed, BehindBeats - 1, true, BeatOwed, BehindBeats},
+		{"owed, behind, one past the bound", owed, BehindBeats, true, BeatZombie, BehindBeats + 1},
+		{"owed, behind, far past the bound", owed, 1000, true, BeatZombie, 1001},
+		{"owed, behind, one before the wrap", owed, 0xFFFFFFFE, true, BeatZombie, 0xFFFFFFFF},
+		{"owed, behind, wraps to 0: sent, not logged", owed, 0xFFFFFFFF, true, BeatOwed, 0},
+		{"owed, all read, wraps to 0: zombie", owed, 0xFFFFFFFF, false, BeatZombie, 0},
+	} {
+		s := ShardContext{Flags: tc.flags, HeartbeatMisses: tc.misses}
+		got := s.BeatVerdict(tc.behind)
+		if got != tc.want || s.HeartbeatMisses != tc.wantMisses || s.Flags != tc.flags {
+			t.Errorf("%s: verdict %d misses %d flags %#x, want %d %d %#x", tc.name, got, s.HeartbeatMisses, s.Flags, tc.want, tc.wantMisses, tc.flags)
+		}
+	}
+}
+
+// A shard behind on reading sends BehindBeats heartbeats with the ACK owed
+// and is a zombie at the next; an ACK in between starts the streak again.
+func TestBeatVerdictStreak(t *testing.T) {
+	s := ShardContext{Flags: FlagAwaitingAck}
+	want := []BeatVerdict{BeatOwedFirst, BeatOwed, BeatOwed, BeatZombie}
+	for i, w := range want {
+		if got := s.BeatVerdict(true); got != w {
+			t.Fatalf("heartbeat %d behind: verdict %d, want %d", i+1, got, w)
+		}
+	}
+	s.NoteAck()
+	if got := s.BeatVerdict(true); got != BeatSend {
+		t.Fatalf("after the ACK: verdict %d, want send", got)
+	}
+	s.Flags |= FlagAwaitingAck // the heartbeat just sent
+	if got := s.BeatVerdict(true); got != BeatOwedFirst || s.HeartbeatMisses != 1 {
+		t.Fatalf("new streak: verdict %d misses %d, want %d 1", got, s.HeartbeatMisses, BeatOwedFirst)
+	}
+}
+
 func TestRestoreResumeStateNeedsBothConditions(t *testing.T) {
 	for _, tc := range []struct {
 		name          string
