@@ -81,17 +81,7 @@ func benchCheckinStores(b *testing.B, nodes int, withStatus bool) {
 	pg := startCheckinServer(b, pst, lead, nodes, withStatus)
 	sq := startCheckinServer(b, sst, nil, nodes, withStatus)
 	for b.Loop() {
-		var rps, rss []loadResult
-		for r := 0; r < benchRounds; r++ {
-			rss = append(rss, sq.closedLoop(benchRequests))
-			rps = append(rps, pg.closedLoop(benchRequests))
-		}
-		rs, rp := median(rss), median(rps)
-		ps := sq.paced(benchPacedRate, benchPacedPeriod)
-		pp := pg.paced(benchPacedRate, benchPacedPeriod)
-		if rs.errors+rp.errors+ps.errors+pp.errors > 0 {
-			b.Fatalf("errors: sqlite %d+%d postgres %d+%d", rs.errors, ps.errors, rp.errors, pp.errors)
-		}
+		rs, rp, ps, pp := sideBySide(b, "sqlite", sq.benchTarget, "postgres", pg.benchTarget)
 		b.ReportMetric(rp.perSec, "pg-checkins/s")
 		b.ReportMetric(rs.perSec, "sqlite-checkins/s")
 		b.ReportMetric(rp.perSec/rs.perSec, "ratio")

@@ -314,19 +314,7 @@ func benchCheckin(b *testing.B, nodes int, withStatus bool) {
 	var heap runtime.MemStats
 	runtime.ReadMemStats(&heap)
 	for b.Loop() {
-		// Alternate the peers so background load on a shared machine hits
-		// both alike; keep each one's median round.
-		var rbs, rds []loadResult
-		for r := 0; r < benchRounds; r++ {
-			rbs = append(rbs, bare.closedLoop(benchRequests))
-			rds = append(rds, bt.closedLoop(benchRequests))
-		}
-		rb, rd := median(rbs), median(rds)
-		pb := bare.paced(benchPacedRate, benchPacedPeriod)
-		pd := bt.paced(benchPacedRate, benchPacedPeriod)
-		if rd.errors+pd.errors+rb.errors+pb.errors > 0 {
-			b.Fatalf("errors: dpxe %d+%d bare %d+%d", rd.errors, pd.errors, rb.errors, pb.errors)
-		}
+		rb, rd, pb, pd := sideBySide(b, "bare", bare, "dpxe", bt)
 		b.ReportMetric(rd.perSec, "dpxe-checkins/s")
 		b.ReportMetric(rb.perSec, "bare-checkins/s")
 		b.ReportMetric(rd.perSec/rb.perSec, "ratio")
@@ -344,6 +332,25 @@ func benchCheckin(b *testing.B, nodes int, withStatus bool) {
 		b.ReportMetric(float64(heap.HeapInuse)/(1<<20), "heap-MiB")
 	}
 	cs.checkSteady(b)
+}
+
+// sideBySide runs the same load against peers x and y: benchRounds
+// closed-loop rounds each, alternating so background load on a shared
+// machine hits both alike (each one's median round kept), then a paced
+// run each. Any failed request fails the benchmark.
+func sideBySide(b *testing.B, xname string, x *benchTarget, yname string, y *benchTarget) (rx, ry, px, py loadResult) {
+	var rxs, rys []loadResult
+	for r := 0; r < benchRounds; r++ {
+		rxs = append(rxs, x.closedLoop(benchRequests))
+		rys = append(rys, y.closedLoop(benchRequests))
+	}
+	rx, ry = median(rxs), median(rys)
+	px = x.paced(benchPacedRate, benchPacedPeriod)
+	py = y.paced(benchPacedRate, benchPacedPeriod)
+	if rx.errors+px.errors+ry.errors+py.errors > 0 {
+		b.Fatalf("errors: %s %d+%d %s %d+%d", xname, rx.errors, px.errors, yname, ry.errors, py.errors)
+	}
+	return rx, ry, px, py
 }
 
 // median returns the run with the median throughput.
