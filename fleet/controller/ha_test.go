@@ -12,7 +12,10 @@ import (
 
 // replicaPair is two controllers with EnableHA on one store (a SQLite file,
 // or PostgreSQL with DPXE_TEST_STORE=postgres), each with its own
-// connection pool, like two `dpxe serve` processes.
+// connection pool, like two `dpxe serve` processes. The pair's fake clock
+// is both controllers' clock and the database's, so a leader's lease runs
+// out only when the test advances the clock: however slowly a loaded
+// machine runs the test, the leader's writes are not fenced off early.
 type replicaPair struct {
 	t     *testing.T
 	clock *fakeClock
@@ -34,6 +37,7 @@ func newReplicaPair(t *testing.T, cfg Config) *replicaPair {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { st.Close() })
+		st.SetDBClock(p.clock.Now)
 		c, err := New(context.Background(), st, cfg, p.clock.Now, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -44,27 +48,29 @@ func newReplicaPair(t *testing.T, cfg Config) *replicaPair {
 	return p
 }
 
-// lead makes replica i campaign with ttl until it leads, and act.
+// lead makes replica i campaign for a lease of ttl until it leads, and
+// act. While another replica's lease runs, the clock is advanced to its
+// end on the database's clock (the other replica stopped renewing) and
+// replica i campaigns again, which must win.
 func (p *replicaPair) lead(i int, ttl time.Duration) uint64 {
 	p.t.Helper()
 	ctx := context.Background()
 	holder := string(rune('a' + i))
-	for end := time.Now().Add(10 * ttl); ; {
-		start := time.Now()
+	for try := 0; ; try++ {
 		l, err := p.st[i].Campaign(ctx, holder, "http://"+holder, ttl)
 		if err != nil {
 			p.t.Fatal(err)
 		}
 		if l.Leader {
-			if err := p.c[i].Lead(ctx, store.Fence{Holder: holder, Term: l.Term}, "http://"+holder, start.Add(time.Hour)); err != nil {
+			if err := p.c[i].Lead(ctx, store.Fence{Holder: holder, Term: l.Term}, "http://"+holder, time.Now().Add(time.Hour)); err != nil {
 				p.t.Fatal(err)
 			}
 			return l.Term
 		}
-		if time.Now().After(end) {
-			p.t.Fatalf("replica %d never led: %+v", i, l)
+		if try == 1 {
+			p.t.Fatalf("replica %d does not lead once the other's lease ended: %+v", i, l)
 		}
-		time.Sleep(ttl / 5)
+		p.clock.Advance(l.ExpiresAt.Sub(l.Now))
 	}
 }
 
@@ -76,8 +82,8 @@ func (p *replicaPair) lead(i int, ttl time.Duration) uint64 {
 // (store.ErrFenced), so it is not answered, and the replica steps down;
 // the new leader, loaded from the store, keeps the shards with their
 // holder and refuses a grant in the bucket a granted moments before: that
-// grant's window, dated on the database's clock, is not over (the window
-// is long, so a slow takeover on a loaded machine does not end it). With
+// grant's window, dated on the database's clock, is not over (b takes
+// over when a's lease ends, 8 s after a's grant, within its 30 s window). With
 // fencing disabled (the deliberate mutation) the deposed leader's grant
 // goes through.
 func TestReplicaFollowerRefusesAndLeaderFenced(t *testing.T) {
@@ -94,7 +100,7 @@ func TestReplicaFollowerRefusesAndLeaderFenced(t *testing.T) {
 		if _, err := a.Checkin(ctx, req, "127.0.0.1"); !errors.Is(err, ErrNotLeader) {
 			t.Fatalf("check-in at a replica that never led: %v", err)
 		}
-		const ttl = 300 * time.Millisecond
+		const ttl = 10 * time.Second // a's lease outlasts the 2 s the clock moves while a leads
 		term := p.lead(0, ttl)
 		r, err := a.Checkin(ctx, req, "127.0.0.1")
 		if err != nil || r.Term != term || len(r.Assigned) != 4 || len(r.Pending) != 0 {
@@ -110,8 +116,9 @@ func TestReplicaFollowerRefusesAndLeaderFenced(t *testing.T) {
 		if mutate {
 			a.DisableFencing()
 		}
-		// b takes over once a's lease expires on the database's clock.
-		term2 := p.lead(1, ttl)
+		// b takes over once a's lease expires on the database's clock
+		// (lead advances the clock 8 s, to the end of a's lease).
+		term2 := p.lead(1, time.Minute) // b's lease outlasts the 31 s below
 		if term2 != term+1 {
 			t.Fatalf("term %d after %d", term2, term)
 		}
