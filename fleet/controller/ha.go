@@ -160,17 +160,23 @@ func (c *Controller) leaseFenceLocked(nodeID string) *store.Fence {
 type leaseGroup struct {
 	fence store.Fence
 	ids   []string
+	taken bool // a check-in of the group is committing it (leaseQueue.mu)
 	done  chan struct{}
 	err   error
 }
 
-// leaseQueue gathers concurrent check-ins' renewals: while one group
-// commits, the renewals that arrive wait in the next, which the first of
-// them commits in one statement once the previous commit is over.
+// leaseCommitsInFlight is how many renewal statements may run at once:
+// while one commits, the next group may start its own rather than wait.
+const leaseCommitsInFlight = 2
+
+// leaseQueue gathers concurrent check-ins' renewals: the renewals that
+// arrive while every statement slot is busy wait in the next group, which
+// the first of them commits in one statement once a slot frees.
 type leaseQueue struct {
-	commit sync.Mutex // held while a group commits
-	mu     sync.Mutex
-	next   *leaseGroup
+	once  sync.Once
+	slots chan struct{} // one per statement in flight
+	mu    sync.Mutex
+	next  *leaseGroup
 }
 
 // commitLease commits a check-in's lease renewal (lease from now on the
@@ -179,6 +185,7 @@ type leaseQueue struct {
 // leadership like a fenced batch.
 func (c *Controller) commitLease(ctx context.Context, f store.Fence, nodeID string, lease time.Duration) error {
 	q := &c.leases
+	q.once.Do(func() { q.slots = make(chan struct{}, leaseCommitsInFlight) })
 	q.mu.Lock()
 	g := q.next
 	if g == nil || g.fence != f {
@@ -189,22 +196,28 @@ func (c *Controller) commitLease(ctx context.Context, f store.Fence, nodeID stri
 		g.ids = append(g.ids, nodeID)
 	}
 	q.mu.Unlock()
-	q.commit.Lock()
 	select {
 	case <-g.done: // committed by another check-in of the group
-		q.commit.Unlock()
-	default:
+	case q.slots <- struct{}{}:
 		q.mu.Lock()
+		mine := !g.taken // not yet committing (a group of an older fence may no longer be next)
+		g.taken = true
 		if q.next == g {
 			q.next = nil
 		}
-		ids := g.ids
+		ids := slices.Clone(g.ids)
 		q.mu.Unlock()
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		g.err = c.st.RenewLeases(cctx, g.fence, ids, lease)
-		cancel()
-		close(g.done)
-		q.commit.Unlock()
+		if mine {
+			// One order for every statement, so two in flight that
+			// share a node lock its row in the same order.
+			slices.Sort(ids)
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			g.err = c.st.RenewLeases(cctx, g.fence, ids, lease)
+			cancel()
+			close(g.done)
+		}
+		<-q.slots
+		<-g.done
 	}
 	err := g.err
 	if err == nil {

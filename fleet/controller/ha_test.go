@@ -3,6 +3,9 @@ package controller
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -346,4 +349,77 @@ func startableSet(r appliance.CheckinResponse) map[uint32]bool {
 		delete(m, s)
 	}
 	return m
+}
+
+// TestLeaseQueueConcurrent: many check-ins' renewals at once, with up to
+// leaseCommitsInFlight statements in flight, each return, and every node's
+// lease is stored. Some calls carry a stale fence (the leadership changing
+// under them): they start a group of their own, leaving the group they
+// replaced as next to be committed by its own members, which must not
+// wait for it forever. With a group committed only while it is still next
+// (the orphaned group never committed), the calls hang and the test fails.
+func TestLeaseQueueConcurrent(t *testing.T) {
+	p := newReplicaPair(t, Config{TotalShards: 4, MaxConcurrency: 1, Lease: 10 * time.Second})
+	ctx := context.Background()
+	term := p.lead(0, time.Hour)
+	c := p.c[0]
+	const nodes, rounds = 40, 25
+	var ids []string
+	for i := range nodes {
+		id := fmt.Sprintf("q%02d", i)
+		if _, err := c.AddNode(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	good := store.Fence{Holder: "a", Term: term}
+	stale := store.Fence{Holder: "a", Term: term - 1}
+	errs := make(chan error, nodes*rounds)
+	var staleOK atomic.Int32
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var wg sync.WaitGroup
+		for i, id := range ids {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for r := range rounds {
+					f := good
+					if i%8 == 7 && r%5 == 4 {
+						f = stale
+					}
+					err := c.commitLease(ctx, f, id, 10*time.Second)
+					switch {
+					case f == stale && err == nil:
+						staleOK.Add(1)
+					case f == good && err != nil:
+						errs <- fmt.Errorf("%s round %d: %w", id, r, err)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("renewals still waiting after 30 s: a group nobody commits")
+	}
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if n := staleOK.Load(); n > 0 {
+		t.Errorf("%d renewals under a stale fence committed", n)
+	}
+	left, err := p.st[0].LeaseRemaining(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if left[id] != 10*time.Second {
+			t.Errorf("node %s: lease %v left on the database's clock, want 10s", id, left[id])
+		}
+	}
 }
