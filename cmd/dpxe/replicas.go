@@ -87,12 +87,19 @@ func runReplicas(ctx context.Context, args []string) error {
 	return nil
 }
 
-// tlsPins lists the distinct TLS pins of rs, in order of first
-// appearance, each shortened to its first 16 digits.
+// pinWarnAge bounds the heartbeat age of the replicas whose keys the
+// warning compares: a replica heartbeats every third of its leader lease
+// (at most 2 minutes), so a row older than this is a replica that died,
+// whose key no node is moving to.
+const pinWarnAge = time.Minute
+
+// tlsPins lists the distinct TLS pins of the replicas of rs that
+// heartbeat, in order of first appearance, each shortened to its first
+// 16 digits.
 func tlsPins(rs []store.Replica) []string {
 	var pins []string
 	for _, r := range rs {
-		if r.TLSPin != "" && !slices.Contains(pins, r.TLSPin) {
+		if r.TLSPin != "" && r.Age <= pinWarnAge && !slices.Contains(pins, r.TLSPin) {
 			pins = append(pins, r.TLSPin)
 		}
 	}

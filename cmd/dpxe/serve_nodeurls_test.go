@@ -367,3 +367,19 @@ func readToken(t *testing.T, path string) string {
 	}
 	return strings.TrimSpace(string(b))
 }
+
+// TestTLSPinsWarnOnLiveReplicas: `dpxe replicas` compares the keys of
+// replicas that heartbeat; a dead replica's row (a key rotated since)
+// and a replica without HTTPS do not count.
+func TestTLSPinsWarnOnLiveReplicas(t *testing.T) {
+	a, b := strings.Repeat("a", 64), strings.Repeat("b", 64)
+	rs := []store.Replica{{ID: "r1", TLSPin: a, Age: time.Second}, {ID: "r2", TLSPin: b, Age: 10 * time.Minute},
+		{ID: "r3", Age: time.Second}, {ID: "r4", TLSPin: a, Age: 2 * time.Second}}
+	if got := tlsPins(rs); !slices.Equal(got, []string{shortPin(a)}) {
+		t.Fatalf("tlsPins = %q, want only the live key", got)
+	}
+	rs[1].Age = time.Second
+	if got := tlsPins(rs); !slices.Equal(got, []string{shortPin(a), shortPin(b)}) {
+		t.Fatalf("tlsPins = %q, want both live keys", got)
+	}
+}
