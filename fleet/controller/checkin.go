@@ -23,6 +23,9 @@ func (c *Controller) Checkin(ctx context.Context, req *appliance.CheckinRequest,
 	c.mu.Lock()
 	if err := c.haCheckLocked(); err != nil {
 		c.mu.Unlock()
+		if answersAsFollower(ctx) {
+			return c.followerCheckin(ctx, req)
+		}
 		return appliance.CheckinResponse{}, err
 	}
 	c.sweepLocked(t)
@@ -67,6 +70,7 @@ func (c *Controller) Checkin(ctx context.Context, req *appliance.CheckinRequest,
 	}
 	n.lastSeen = t
 	n.deadline = t.Add(c.cfg.Lease)
+	n.lapseChecked = false
 	if n.deadline.Before(c.nextSweep) {
 		c.nextSweep = n.deadline.Add(time.Nanosecond)
 	}

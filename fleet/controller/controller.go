@@ -205,6 +205,9 @@ type node struct {
 	// start again from FATAL, ascending (restart.go). Stored only with
 	// replicas (ha.go).
 	restart []uint32
+	// lapseChecked: with replicas, the store showed the lease lapsed
+	// after deadline passed, so no follower can renew it (followrenew.go).
+	lapseChecked bool
 }
 
 // Controller is the fleet's control plane. Its methods are safe for
@@ -376,6 +379,9 @@ func load(ctx context.Context, st *store.Store, cfg Config, now func() time.Time
 		n.live = true
 		if d, ok := left[n.id]; ok {
 			n.deadline = leftAt.Add(d)
+			// Lapsed on the database's clock: no follower can renew it
+			// any more (followrenew.go), so it expires at once.
+			n.lapseChecked = d <= 0
 		} else {
 			n.deadline = t.Add(cfg.Lease)
 			unleased = true
@@ -544,6 +550,15 @@ func (c *Controller) sweepLocked(t time.Time) {
 	kept := c.live[:0]
 	for _, n := range c.live {
 		if t.After(n.deadline) {
+			if c.lapseUnconfirmedLocked(n) {
+				// A replica may have renewed it (followrenew.go): the
+				// store is asked first, and the sweep comes back.
+				if r := t.Add(lapseRecheck); r.Before(next) {
+					next = r
+				}
+				kept = append(kept, n)
+				continue
+			}
 			c.expireLocked(t, n)
 			continue
 		}
@@ -560,6 +575,7 @@ func (c *Controller) sweepLocked(t time.Time) {
 // expireLocked takes n out of the live set; the caller removes it from c.live.
 func (c *Controller) expireLocked(t time.Time, n *node) {
 	n.live = false
+	n.lapseChecked = false
 	c.crashHandoffsLocked(t, n)
 	for _, s := range n.held {
 		if c.holder[s] == n {

@@ -222,6 +222,10 @@ func (c *Controller) authenticate(ctx context.Context, id, cred, addr string, ch
 		if !checkin {
 			return ErrEnrollmentOnly
 		}
+		if answersAsFollower(ctx) {
+			// Redeeming writes the credential: a leader's work.
+			return fmt.Errorf("%w: node %s redeems its enrollment", ErrNotLeader, id)
+		}
 		return c.redeem(ctx, id, rec.Enrollment, canonAddr(addr))
 	}
 	return ErrBadCredential

@@ -64,6 +64,14 @@ type haState struct {
 	// batch carries them only when they changed.
 	wroteHandoffs map[uint32]store.Handoff
 	wroteRestarts map[string]string
+	// Renewals without a leader (followrenew.go): the nodes whose stored
+	// lease a leader's sweep asked about, whether a read of them runs,
+	// the check-ins answered while following, and the mutation
+	// (ExpireWithoutStoreCheck).
+	lapseAsk        map[string]struct{}
+	confirming      bool
+	followerAnswers uint64
+	expireUnchecked bool
 }
 
 type seqRange struct{ from, to uint64 }

@@ -314,6 +314,12 @@ func TestReplicaTakeoverTrustsCommittedLeases(t *testing.T) {
 		clock.Advance(2 * time.Second)
 		lead(1, "b", time.Minute)
 		clock.Advance(3 * time.Second)
+		if _, err := b.Checkin(ctx, &appliance.CheckinRequest{NodeID: "n2", Capacity: 4}, "127.0.0.2"); err != nil {
+			t.Fatal(err)
+		}
+		// n1's lease is over in b's memory: b reads its stored one
+		// (followrenew.go), then n2 checks in again.
+		settleLapses(t, b)
 		r2, err := b.Checkin(ctx, &appliance.CheckinRequest{NodeID: "n2", Capacity: 4}, "127.0.0.2")
 		if err != nil {
 			t.Fatal(err)

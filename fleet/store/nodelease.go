@@ -2,6 +2,9 @@ package store
 
 import (
 	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -88,4 +91,146 @@ func (s *Store) LeaseRemaining(ctx context.Context) (map[string]time.Duration, e
 		m[id] = time.Duration(left) * time.Millisecond
 	}
 	return m, rows.Err()
+}
+
+// LeaseRemainingOf is LeaseRemaining for the nodes ids only; a node
+// without a committed lease is left out.
+func (s *Store) LeaseRemainingOf(ctx context.Context, ids []string) (map[string]time.Duration, error) {
+	m := map[string]time.Duration{}
+	if len(ids) == 0 {
+		return m, nil
+	}
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	rows, err := s.query(ctx, `SELECT node_id, deadline - `+s.dbNowMS()+` FROM node_leases WHERE node_id IN (`+
+		strings.TrimSuffix(strings.Repeat("?,", len(ids)), ",")+`)`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("store: node leases of %d nodes (%s...): %w", len(ids), ids[0], err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		var left int64
+		if err := rows.Scan(&id, &left); err != nil {
+			return nil, err
+		}
+		m[id] = time.Duration(left) * time.Millisecond
+	}
+	return m, rows.Err()
+}
+
+// Renewals by a replica that does not lead (docs/ha.md, "Renewals without
+// a leader"). A follower that cannot reach a leader answers a node's
+// check-in itself when the check-in asks for nothing but its lease: the
+// node reports the stored plan's generation and the store shows it live.
+// (A node reports the generation it applied, so it runs nothing outside
+// that plan's range; the store shows every shard the node was let start
+// as held, since grants are committed before they are answered, and
+// shows releases late, never early. The acknowledgement itself, and so
+// the release, waits for a leader.) The renewal is one statement that
+// extends the stored deadline only while it still runs on the database's
+// clock, so a lease that has lapsed stays lapsed for every follower, and
+// a leader that reads a lapsed deadline (LeaseRemainingOf) may expire the
+// node: no follower's renewal can follow that read. A leader that reads a
+// running deadline keeps the node.
+
+var (
+	// ErrLeaseLapsed: the node's stored lease has run out (or it has
+	// none); only a leader may take it back.
+	ErrLeaseLapsed = errors.New("store: the node's lease has lapsed on the database's clock")
+	// ErrNotSteady: the check-in reports another generation than the
+	// stored plan's, or the store does not show the node live; only a
+	// leader may answer it.
+	ErrNotSteady = errors.New("store: the check-in changes what only the leader records")
+)
+
+// FollowerLease is what a follower's renewal read back, in the same
+// transaction, to answer the check-in with.
+type FollowerLease struct {
+	Generation uint64
+	Range      PlanRange // the node's range in the stored plan (Count 0: none)
+	Held       string    // the shards the store shows the node holding, as ranges text
+	Term       uint64    // the leader row's term
+}
+
+// FollowerRenewLease renews nodeID's lease to the database's clock plus
+// lease, in one short transaction, only if its stored lease still runs,
+// the store shows it live, and gen (the generation the node applied) is
+// the stored plan's; otherwise it writes nothing and
+// fails with ErrLeaseLapsed or ErrNotSteady. A stored deadline never moves
+// earlier. It takes no leader fence: the conditions hold whoever leads.
+func (s *Store) FollowerRenewLease(ctx context.Context, nodeID string, gen uint64, lease time.Duration) (FollowerLease, error) {
+	tx, err := s.begin(ctx)
+	if err != nil {
+		return FollowerLease{}, err
+	}
+	defer tx.Rollback()
+	now, greatest := s.dbNowMS(), `max`
+	if s.dialect == dialectPostgres {
+		greatest = `GREATEST`
+	}
+	res, err := tx.exec(ctx, `UPDATE node_leases SET deadline = `+greatest+`(deadline, `+now+` + ?)
+		WHERE node_id = ? AND deadline > `+now+`
+		AND EXISTS (SELECT 1 FROM nodes WHERE id = ? AND live = 1)
+		AND EXISTS (SELECT 1 FROM plan WHERE id = 1 AND generation = ?)`,
+		lease.Milliseconds(), nodeID, nodeID, int64(gen))
+	if err != nil {
+		return FollowerLease{}, fmt.Errorf("store: follower renewal of %s: %w", nodeID, err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return FollowerLease{}, s.whyNotRenewed(ctx, tx, nodeID, gen)
+	}
+	var f FollowerLease
+	var ranges string
+	if err := tx.QueryRowContext(ctx, s.q(`SELECT generation, ranges FROM plan WHERE id = 1`)).Scan(&f.Generation, &ranges); err != nil {
+		return FollowerLease{}, fmt.Errorf("store: follower renewal of %s: plan: %w", nodeID, err)
+	}
+	var plan []PlanRange
+	if err := json.Unmarshal([]byte(ranges), &plan); err != nil {
+		return FollowerLease{}, fmt.Errorf("store: follower renewal of %s: plan ranges: %w", nodeID, err)
+	}
+	for _, r := range plan {
+		if r.NodeID == nodeID {
+			f.Range = r
+		}
+	}
+	if err := tx.QueryRowContext(ctx, s.q(`SELECT held FROM nodes WHERE id = ?`), nodeID).Scan(&f.Held); err != nil {
+		return FollowerLease{}, fmt.Errorf("store: follower renewal of %s: node: %w", nodeID, err)
+	}
+	var term int64
+	err = tx.QueryRowContext(ctx, s.q(`SELECT term FROM ha_leader WHERE id = 1`)).Scan(&term)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return FollowerLease{}, fmt.Errorf("store: follower renewal of %s: leader row: %w", nodeID, err)
+	}
+	f.Term = uint64(term)
+	if err := tx.Commit(); err != nil {
+		return FollowerLease{}, fmt.Errorf("store: follower renewal of %s: commit: %w", nodeID, err)
+	}
+	return f, nil
+}
+
+// whyNotRenewed names the condition a follower's renewal failed on.
+func (s *Store) whyNotRenewed(ctx context.Context, tx *txn, nodeID string, gen uint64) error {
+	var left sql.NullInt64
+	err := tx.QueryRowContext(ctx, s.q(`SELECT deadline - `+s.dbNowMS()+` FROM node_leases WHERE node_id = ?`), nodeID).Scan(&left)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("store: follower renewal of %s: %w", nodeID, err)
+	}
+	if !left.Valid || left.Int64 <= 0 {
+		return fmt.Errorf("node %s: %w", nodeID, ErrLeaseLapsed)
+	}
+	var live int64
+	if err := tx.QueryRowContext(ctx, s.q(`SELECT live FROM nodes WHERE id = ?`), nodeID).Scan(&live); err != nil {
+		return fmt.Errorf("store: follower renewal of %s: node: %w", nodeID, err)
+	}
+	var planGen int64
+	if err := tx.QueryRowContext(ctx, s.q(`SELECT generation FROM plan WHERE id = 1`)).Scan(&planGen); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("store: follower renewal of %s: plan: %w", nodeID, err)
+	}
+	if live == 0 {
+		return fmt.Errorf("node %s is not live in the store: %w", nodeID, ErrNotSteady)
+	}
+	return fmt.Errorf("node %s reports generation %d, the stored plan's is %d: %w", nodeID, gen, planGen, ErrNotSteady)
 }
