@@ -196,3 +196,17 @@ func TestHACheckerCatchesViolations(t *testing.T) {
 		}
 	}
 }
+
+// stopsBetween is how many times a node stopped owning a shard within
+// [from, to].
+func (h *haHistory) stopsBetween(from, to time.Time) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, s := range h.spans {
+		if !s.to.IsZero() && !s.to.Before(from) && !s.to.After(to) {
+			n++
+		}
+	}
+	return n
+}

@@ -1,13 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -18,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/discord-pxe/dpxe/appliance"
 	"github.com/discord-pxe/dpxe/fleet/api"
 	"github.com/discord-pxe/dpxe/fleet/controller"
 	"github.com/discord-pxe/dpxe/fleet/store"
@@ -133,13 +137,20 @@ type replica struct {
 	pinWarned map[string]string
 	started   time.Time
 	proxies   map[string]*httputil.ReverseProxy
+	// fallbackAt is when a check-in that the leader did not answer was
+	// last logged (fallbackNews).
+	fallbackAt time.Time
 }
 
 // haTestMutation is empty in every build but the replica tests' mutated
 // ones, which set it with -ldflags -X (serve_ha_test.go):
 // "answer-before-lease-commit" commits node lease renewals after the
 // answer (controller.AnswerBeforeLeaseCommit), "first-lease-only" only
-// each node's first renewal of a term (controller.CommitFirstLeaseOnly).
+// each node's first renewal of a term (controller.CommitFirstLeaseOnly),
+// "no-follower-renewal" makes a follower answer 503 to a check-in no
+// leader answers, as before renewals without a leader, and
+// "expire-unchecked" makes a leader expire nodes on its memory's
+// deadline (controller.ExpireWithoutStoreCheck).
 var haTestMutation string
 
 func attachHA(ctx context.Context, app *fleetApp, log *slog.Logger) (func(context.Context) error, error) {
@@ -168,6 +179,10 @@ func attachHA(ctx context.Context, app *fleetApp, log *slog.Logger) (func(contex
 	if haTestMutation == "first-lease-only" {
 		log.Warn("deliberate test mutation: only first lease renewals committed")
 		app.controller.CommitFirstLeaseOnly()
+	}
+	if haTestMutation == "expire-unchecked" {
+		log.Warn("deliberate test mutation: nodes expired without reading their stored lease")
+		app.controller.ExpireWithoutStoreCheck()
 	}
 	app.ha = r
 	app.mux.HandleFunc("GET /v1/replicas", r.listReplicas)
@@ -459,15 +474,61 @@ func (r *replica) forward(h http.Handler) http.Handler {
 		r.mu.Lock()
 		self := r.advertise
 		r.mu.Unlock()
+		// A node's check-in that no leader answers, this replica answers
+		// itself if it asks for nothing but its lease (renewals without
+		// a leader, docs/ha.md); a request another replica forwarded
+		// goes back to it, which does the same.
+		var fallback func(http.ResponseWriter)
+		if req.Method == http.MethodPost && req.URL.Path == "/v1/checkin" && req.Header.Get(forwardedHeader) == "" &&
+			haTestMutation != "no-follower-renewal" {
+			body, err := io.ReadAll(io.LimitReader(req.Body, appliance.MaxCheckinBody+1))
+			if err != nil {
+				unavailable(w, req, "reading the check-in failed: "+err.Error())
+				return
+			}
+			local := req.Clone(controller.AnswerAsFollower(controller.WithRoute(req.Context(), route)))
+			local.Body = io.NopCloser(bytes.NewReader(body))
+			req.Body = io.NopCloser(bytes.NewReader(body))
+			fallback = func(w http.ResponseWriter) { h.ServeHTTP(w, local) }
+		}
 		if role.LeaderURL == "" || role.LeaderURL == self || req.Header.Get(forwardedHeader) != "" {
+			if fallback != nil {
+				fallback(w)
+				return
+			}
 			unavailable(w, req, "no controller replica leads right now; retry, or ask another replica")
 			return
 		}
 		req.Header.Set(forwardedHeader, r.id)
 		r.signForwarded(req, route)
-		r.proxy(role.LeaderURL).ServeHTTP(w, req)
+		if fallback != nil {
+			req = req.WithContext(context.WithValue(req.Context(), fallbackKey{}, fallback))
+		}
+		r.proxy(role.LeaderURL, fallback != nil).ServeHTTP(w, req)
 	})
 }
+
+// fallbackNews reports whether a check-in that this replica answers
+// itself because the leader did not should be logged and wake the
+// campaign loop: at most once per third of the leader lease, so a fleet
+// checking in while the leader is cut off neither floods the log nor
+// runs a campaign per check-in.
+func (r *replica) fallbackNews() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if time.Since(r.fallbackAt) < r.lease/3 {
+		return false
+	}
+	r.fallbackAt = time.Now()
+	return true
+}
+
+// fallbackKey carries, in a forwarded check-in's context, how this
+// replica answers it itself when the leader does not (forward).
+type fallbackKey struct{}
+
+// errLeaderUnavailable is a leader's 503 to a forwarded check-in.
+var errLeaderUnavailable = errors.New("the leader answered 503")
 
 // unavailable answers 503 with Retry-After: JSON for the API, text for
 // the dashboard's forms.
@@ -481,11 +542,16 @@ func unavailable(w http.ResponseWriter, req *http.Request, why string) {
 	http.Error(w, "This dashboard's replica follows and "+why+".", http.StatusServiceUnavailable)
 }
 
-// proxy returns the reverse proxy to a leader URL.
-func (r *replica) proxy(target string) *httputil.ReverseProxy {
+// proxy returns the reverse proxy to a leader URL: for node check-ins
+// this replica may answer itself (checkin), or for everything else.
+func (r *replica) proxy(target string, checkin bool) *httputil.ReverseProxy {
+	key := target
+	if checkin {
+		key += " checkin"
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if p := r.proxies[target]; p != nil {
+	if p := r.proxies[key]; p != nil {
 		return p
 	}
 	u, err := url.Parse(target)
@@ -493,13 +559,36 @@ func (r *replica) proxy(target string) *httputil.ReverseProxy {
 		u = &url.URL{Scheme: "http", Host: "invalid"}
 	}
 	p := httputil.NewSingleHostReverseProxy(u)
+	dial, answer := r.lease/10, r.lease/3
+	if checkin {
+		// A node asks another replica after a third of its lease without
+		// an answer: a leader that does not answer is given up well
+		// before, so that this replica still answers the node's renewal
+		// itself (forward), however long the leader lease.
+		nodeLease := time.Duration(r.app.cfg.Lease)
+		dial, answer = min(dial, nodeLease/10), min(answer, nodeLease/6)
+	}
 	p.Transport = &http.Transport{
-		DialContext:           (&net.Dialer{Timeout: r.lease / 10}).DialContext,
-		ResponseHeaderTimeout: r.lease / 3,
+		DialContext:           (&net.Dialer{Timeout: dial}).DialContext,
+		ResponseHeaderTimeout: answer,
 		MaxIdleConnsPerHost:   16,
 	}
 	p.ErrorLog = slog.NewLogLogger(r.log.Handler(), slog.LevelWarn)
+	p.ModifyResponse = func(resp *http.Response) error {
+		if _, ok := resp.Request.Context().Value(fallbackKey{}).(func(http.ResponseWriter)); ok && resp.StatusCode == http.StatusServiceUnavailable {
+			return errLeaderUnavailable
+		}
+		return nil
+	}
 	p.ErrorHandler = func(w http.ResponseWriter, req *http.Request, err error) {
+		if fallback, ok := req.Context().Value(fallbackKey{}).(func(http.ResponseWriter)); ok {
+			if !errors.Is(err, errLeaderUnavailable) && r.fallbackNews() {
+				r.log.Warn("forwarding check-ins to the leader fails; answering the renewals here", "leader", target, "err", err)
+				r.wake()
+			}
+			fallback(w)
+			return
+		}
 		r.log.Warn("forwarding to the leader failed", "leader", target, "path", req.URL.Path, "err", err)
 		r.wake()
 		unavailable(w, req, "the leading controller replica does not answer; retry, or ask another replica")
@@ -507,7 +596,7 @@ func (r *replica) proxy(target string) *httputil.ReverseProxy {
 	if len(r.proxies) > 32 {
 		clear(r.proxies)
 	}
-	r.proxies[target] = p
+	r.proxies[key] = p
 	return p
 }
 

@@ -138,9 +138,9 @@ func newHACluster(t testing.TB, dsn string, tail int) *haCluster {
 	t.Helper()
 	dir := t.TempDir()
 	var ldflags []string
-	if m := os.Getenv("DPXE_HA_MUTATION"); m == "answer-before-lease-commit" || m == "first-lease-only" {
-		// The mutation: each replica commits a check-in's lease renewal
-		// only with its next batch, after the answer.
+	switch m := os.Getenv("DPXE_HA_MUTATION"); m {
+	case "answer-before-lease-commit", "first-lease-only", "no-follower-renewal", "expire-unchecked":
+		// The mutations built into dpxe (haTestMutation).
 		ldflags = append(ldflags, "-X main.haTestMutation="+m)
 	}
 	bin, err := buildDpxe(dir, ldflags...)
@@ -283,7 +283,7 @@ type haNode struct {
 	hist       *haHistory
 	lastSent   time.Time // send time of the last answered check-in
 	client     *http.Client
-	mu         sync.Mutex // guards owned, for the recovery check
+	mu         sync.Mutex // guards owned, and urls' changes, for the test's checks
 }
 
 func (n *haNode) post(path string, body any, out any) (int, bool) {
@@ -360,7 +360,9 @@ func (n *haNode) round() time.Duration {
 	n.deadline = sent.Add(time.Duration(r.LeaseSeconds) * time.Second)
 	if len(r.Controllers) > 0 {
 		cur := n.urls[n.cur%len(n.urls)]
+		n.mu.Lock() // the node's goroutine reads n.urls without it
 		n.urls = r.Controllers
+		n.mu.Unlock()
 		n.cur = max(0, slicesIndex(n.urls, cur))
 	}
 	startable := map[uint32]bool{}
@@ -451,6 +453,35 @@ func minTerm(nodes []*haNode) uint64 {
 		n.mu.Unlock()
 	}
 	return low
+}
+
+// knowAll reports whether every node knows want replica URLs.
+func knowAll(nodes []*haNode, want int) bool {
+	for _, n := range nodes {
+		n.mu.Lock()
+		k := len(n.urls)
+		n.mu.Unlock()
+		if k < want {
+			return false
+		}
+	}
+	return true
+}
+
+// identifiedShards is how many distinct shards the nodes own and have
+// identified now.
+func identifiedShards(nodes []*haNode) int {
+	seen := map[uint32]bool{}
+	for _, n := range nodes {
+		n.mu.Lock()
+		for s := range n.owned {
+			if n.identified[s] {
+				seen[s] = true
+			}
+		}
+		n.mu.Unlock()
+	}
+	return len(seen)
 }
 
 // ownedShards is how many distinct shards the nodes own now.

@@ -78,7 +78,10 @@ func (c *haCluster) healthRole(i int) (string, uint64, bool) {
 // one PostgreSQL database with four simulated nodes. Replica r0 runs in a
 // network namespace and reaches the database over one veth pair and the
 // other replicas and the nodes over another. While r0 leads, the test
-// sets the database veth down (a partition: packets vanish, connections
+// first sets the other veth down for two node leases: r0 keeps leading,
+// the followers renew the nodes' leases themselves, and no node stops a
+// shard (DPXE_HA_MUTATION=no-follower-renewal, followers answering 503
+// as before, fails there). Then it sets the database veth down (a partition: packets vanish, connections
 // stay half-open). It asserts that r0 stops saying it leads within its
 // leader lease and logs that it lost the lease, that another replica
 // leads with a higher term, that the nodes see no double owner, no
@@ -86,7 +89,7 @@ func (c *haCluster) healthRole(i int) (string, uint64, bool) {
 // 503 and every shard owned again (the same checker as
 // TestReplicasSurviveFaults); then it sets the veth up again and asserts
 // that r0 rejoins as a follower of the new term while the new leader
-// keeps leading, and checks the nodes' history again. About 40 s.
+// keeps leading, and checks the nodes' history again. About 55 s.
 //
 // DPXE_HA_MUTATION=partition-keeps-lead gives the replicas a leader lease
 // of two minutes: the partitioned leader then keeps saying it leads past
@@ -191,11 +194,68 @@ func TestReplicaPartitionedFromDatabase(t *testing.T) {
 		t.Fatalf("r%d leads before the partition, want r0", lead)
 	}
 
+	// The leader cut off from the nodes and the other replicas, not from
+	// its database: r0 keeps leading, no check-in reaches it, and for two
+	// node leases the followers answer the nodes' renewals themselves
+	// (renewals without a leader, docs/ha.md). No node may lose a shard,
+	// and r0 must not expire the nodes it no longer hears from.
+	// A steady fleet: every shard identified, so no node is busy with
+	// claims no replica can grant while r0 is cut off, and every node
+	// knows the three replicas from the answers' controllers (the leader
+	// refreshes that list every third of the leader lease: 40 s with
+	// DPXE_HA_MUTATION=partition-keeps-lead).
+	for start := time.Now(); identifiedShards(nodes) < haShards || !knowAll(nodes, 3); time.Sleep(50 * time.Millisecond) {
+		if time.Since(start) > bound+time.Duration(c.leaderLease) {
+			t.Fatalf("%d of %d shards identified, every node knows 3 replicas %v, %v after the start",
+				identifiedShards(nodes), haShards, knowAll(nodes, 3), time.Since(start).Round(time.Millisecond))
+		}
+	}
+	// The namespace's end goes down: the host's route to r0 stays, so
+	// packets to r0 vanish in the veth (the host's end down would send
+	// them to the host's default route, out of the test's networks, and
+	// take the followers' address on it away). The database's partition
+	// below is cut the same way.
+	t.Logf("partition: %s down, r0 leads term %d and keeps its database", webNS, term)
+	webCut := time.Now()
+	ipCmd(t, "-n", ns.Name, "link", "set", webNS, "down")
+	time.Sleep(2*haNodeLease + time.Second)
+	webHeal := time.Now()
+	if n := hist.stopsBetween(webCut, webHeal); n > 0 || ownedShards(nodes) < haShards {
+		hist.mu.Lock()
+		why := fmt.Sprint(hist.status, " no answer ", hist.noReply, " 503s ", hist.why503)
+		hist.mu.Unlock()
+		t.Fatalf("with the leader cut off from them, the nodes stopped %d shards (%d of %d owned); answers %s\n%s",
+			n, ownedShards(nodes), haShards, why, c.logTail())
+	}
+	for i := 1; i < 3; i++ {
+		if role, tm, ok := c.healthRole(i); !ok || role != "follower" || tm != term {
+			t.Fatalf("r%d says %s term %d (answered %v) with r0 cut off from it; want a follower of term %d", i, role, tm, ok, term)
+		}
+	}
+	renewedBy := 0
+	for i := 1; i < 3; i++ {
+		c.mu.Lock()
+		p := c.procs[i]
+		c.mu.Unlock()
+		if strings.Contains(p.logs(), "answering the renewals here") {
+			renewedBy++
+		}
+	}
+	if renewedBy == 0 {
+		t.Fatalf("no follower says it answered renewals\n%s", c.logTail())
+	}
+	ipCmd(t, "-n", ns.Name, "link", "set", webNS, "up")
+	if lead, tm := c.leader(bound); lead != 0 || tm != term {
+		t.Fatalf("after the leader's partition from the nodes r%d leads term %d; want r0, term %d", lead, tm, term)
+	}
+	settle("the leader's partition from the nodes")
+	t.Logf("the followers renewed the nodes' leases for %v without the leader", webHeal.Sub(webCut).Round(time.Millisecond))
+
 	// The partition: r0 (leading) loses its database; the nodes and the
 	// other replicas still reach it.
-	t.Logf("partition: %s down, r0 leads term %d", dbHost, term)
+	t.Logf("partition: %s down, r0 leads term %d", dbNS, term)
 	cut := time.Now()
-	ipCmd(t, "link", "set", dbHost, "down")
+	ipCmd(t, "-n", ns.Name, "link", "set", dbNS, "down")
 	for {
 		role, _, ok := c.healthRole(0)
 		if ok && role != "leader" {
@@ -226,7 +286,7 @@ func TestReplicaPartitionedFromDatabase(t *testing.T) {
 	time.Sleep(haNodeLease) // the fleet runs on the other side of the partition
 
 	// Heal: r0 reaches the database again and follows the new leader.
-	ipCmd(t, "link", "set", dbHost, "up")
+	ipCmd(t, "-n", ns.Name, "link", "set", dbNS, "up")
 	healed := time.Now()
 	for {
 		role, tm, ok := c.healthRole(0)

@@ -329,6 +329,11 @@ func (s *Server) controllerError(w http.ResponseWriter, r *http.Request, err err
 		writeError(w, http.StatusBadRequest, "", err.Error())
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		writeError(w, http.StatusServiceUnavailable, "", "request cancelled")
+	case errors.Is(err, controller.ErrNotLeader):
+		// A replica that does not lead, or no longer trusts its lease
+		// (docs/ha.md): the node asks again, here or at another replica.
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "", err.Error())
 	default:
 		s.log.Error("request failed", "path", r.URL.Path, "err", err)
 		writeError(w, http.StatusServiceUnavailable, "", "controller could not persist the change; retry")
