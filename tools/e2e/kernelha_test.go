@@ -24,9 +24,13 @@ import (
 
 // Timings of TestKernelReplicasFailover.
 const (
-	khaShards      = 16
-	khaNodeLease   = 15 * time.Second // --lease: a node moves on after a third of it
-	khaLeaderLease = 3 * time.Second  // --leader-lease
+	khaShards    = 16
+	khaNodeLease = 15 * time.Second // --lease: a node moves on after a third of it
+	// khaLeaderLease (--leader-lease) is longer than the node lease: the
+	// dead leader's row runs 18 to 27 s after the kill, so the nodes go
+	// longer than their lease without a leader and keep their leases only
+	// through the follower's renewals.
+	khaLeaderLease = 27 * time.Second
 )
 
 // khaReplica is one `dpxe serve` replica of the kernel failover test.
@@ -42,30 +46,32 @@ type khaReplica struct {
 // nodes with 8 shards each against two `dpxe serve` replicas on one
 // PostgreSQL and the Gateway emulator, the nodes booted with controller=
 // naming both. With all 16 shards READY the leader is SIGKILLed. The
-// follower takes the leader lease with a higher term, the nodes move to it
-// after a third of their lease, and from the emulator's record: no session
+// nodes move to the follower after a third of their lease, and the
+// follower, which cannot reach a leader, answers their check-ins itself
+// (renewals without a leader, docs/ha.md) until the dead leader's row
+// runs out, longer than a node lease after the kill; then it takes the
+// leader lease with a higher term. From the emulator's record: no session
 // closed or replaced, no new Identify, every shard READY and heartbeating
 // throughout, no violation; the new leader sees both nodes check in with
 // its plan generation acknowledged, each node's console says it moved to
-// r1 and applied r1's term, and no node's lease lapses.
+// r1 and applied r1's term, no node's lease lapses, and r1's log says it
+// answered renewals.
 //
-// Mutations (DPXE_KHA_MUTATION): short-lease gives the replicas a node
-// lease (3 s) shorter than a leader failover, slow-takeover a leader lease
-// (30 s) longer than the node lease: each makes the test fail.
-// leader-only boots the nodes with the leader's URL only: the test still
-// passes, since the nodes learn r1 from the answers' controllers list, and
-// then wants the console line that says so.
+// DPXE_KHA_MUTATION: no-follower-renewal builds dpxe with followers
+// answering 503 to check-ins no leader answers, as before: the nodes'
+// leases lapse and the test fails. short-lease gives the replicas a node
+// lease of 3 s, which the follower's renewals cover too (the test passes;
+// before them it failed). leader-only boots the nodes with the leader's
+// URL only: the test still passes, since the nodes learn r1 from the
+// answers' controllers list, and then wants the console line that says so.
 func TestKernelReplicasFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots two QEMU nodes and starts PostgreSQL")
 	}
 	mutation := os.Getenv("DPXE_KHA_MUTATION")
 	nodeLease, leaderLease := khaNodeLease, khaLeaderLease
-	switch mutation {
-	case "short-lease":
+	if mutation == "short-lease" {
 		nodeLease = 3 * time.Second
-	case "slow-takeover":
-		leaderLease = 30 * time.Second
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -91,6 +97,14 @@ func TestKernelReplicasFailover(t *testing.T) {
 
 	const subnet = "10.98.0"
 	l := newGWLabNoServe(t, ctx, subnet, gatewayemu.Options{HeartbeatInterval: 2 * time.Second, Shards: khaShards, MaxConcurrency: khaShards})
+	bin := l.bin
+	if mutation == "no-follower-renewal" {
+		bin = filepath.Join(t.TempDir(), "dpxe")
+		if out, err := exec.Command("go", "build", "-ldflags", "-X main.haTestMutation="+mutation, "-o", bin,
+			"github.com/discord-pxe/dpxe/cmd/dpxe").CombinedOutput(); err != nil {
+			t.Fatalf("go build: %v\n%s", err, out)
+		}
+	}
 	replicaArgs := func(i int) []string {
 		return []string{"serve", "--db", dsn, "--listen", fmt.Sprintf("%s.1:%d", subnet, 8080+i),
 			"--replica-id", fmt.Sprintf("r%d", i), "--advertise-url", fmt.Sprintf("http://%s.1:%d", subnet, 8080+i),
@@ -102,7 +116,7 @@ func TestKernelReplicasFailover(t *testing.T) {
 	replicas := make([]*khaReplica, 2)
 	for i := range replicas {
 		r := &khaReplica{name: fmt.Sprintf("r%d", i), url: fmt.Sprintf("http://%s.1:%d", subnet, 8080+i), logs: &nodeSerial{}, done: make(chan struct{})}
-		r.cmd = l.ns.Command(ctx, l.bin, replicaArgs(i)...)
+		r.cmd = l.ns.Command(ctx, bin, replicaArgs(i)...)
 		r.cmd.Stdout, r.cmd.Stderr = r.logs, r.logs
 		if err := r.cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -167,6 +181,14 @@ func TestKernelReplicasFailover(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
+	// Both nodes know both replicas from r0's answers (r0 reads the
+	// replicas table every third of the leader lease).
+	both := regexp.MustCompile(`checkin: replicas from the controller: \S*` + regexp.QuoteMeta(replicas[1].url))
+	for _, n := range nodes {
+		if n.serial.waitFor(both, khaLeaderLease/3+2*khaNodeLease/3+5*time.Second) == nil {
+			t.Fatalf("%s did not learn r1 from r0's answers", n.id)
+		}
+	}
 	before := l.liveSessions()
 	identifies := l.acceptedIdentifies()
 	if len(before) != khaShards || identifies != khaShards {
@@ -214,13 +236,15 @@ func TestKernelReplicasFailover(t *testing.T) {
 		if !leaderAt.IsZero() {
 			for _, n := range nodes {
 				d, err := l.nodeDetail(n.id)
-				if err != nil || !d.LastSeen.After(lastSeen[n.id]) {
+				// Check-ins r1 answered as a follower are not recorded:
+				// the first it records is after it leads.
+				if err != nil || !d.LastSeen.After(lastSeen[n.id]) || d.LastSeen.Before(leaderAt.Add(-time.Second)) {
 					continue
 				}
 				if firstCheckin[n.id].IsZero() {
 					firstCheckin[n.id] = d.LastSeen
-					t.Logf("%s: first check-in answered by r1 %v after the kill; gap since its last answered check-in %v",
-						n.id, d.LastSeen.Sub(killed).Round(time.Millisecond), d.LastSeen.Sub(lastSeen[n.id]).Round(time.Millisecond))
+					t.Logf("%s: first check-in answered by r1 as leader %v after the kill",
+						n.id, d.LastSeen.Sub(killed).Round(time.Millisecond))
 				}
 				lastSeen[n.id] = d.LastSeen
 				checkins[n.id]++
@@ -233,6 +257,15 @@ func TestKernelReplicasFailover(t *testing.T) {
 			t.Fatalf("no failover within %v: new leader at %v, check-ins with it %v", watchEnd.Sub(killed).Round(time.Second), leaderAt, checkins)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+	// The nodes went longer than their lease without a leader: only the
+	// follower's renewals kept them.
+	if leaderAt.Sub(killed) <= nodeLease {
+		t.Errorf("r1 led %v after the kill, within a node lease (%v): the follower's renewals were not needed",
+			leaderAt.Sub(killed).Round(time.Millisecond), nodeLease)
+	}
+	if !strings.Contains(surv.logs.String(), "answering the renewals here") {
+		t.Errorf("r1 does not say it answered the nodes' renewals while no leader did")
 	}
 	// Heartbeats went on through the failover on every session.
 	for sh, b := range before {
