@@ -101,6 +101,10 @@ type HealthResponse struct {
 	// for a single controller.
 	Role string `json:"role,omitempty"`
 	Term uint64 `json:"term,omitempty"`
+	// FollowerCheckins is how many node check-ins this replica answered
+	// itself since it started, while no leader answered them (docs/ha.md,
+	// renewals without a leader); absent when none.
+	FollowerCheckins uint64 `json:"follower_checkins,omitempty"`
 }
 
 // storeProbe shares one store check among the GET /healthz requests of
@@ -132,6 +136,7 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	resp := HealthResponse{OK: true, Version: s.version, Store: "writable", Generation: p.Generation, LiveNodes: p.LiveNodes}
 	if role := s.c.Role(); role.HA {
 		resp.Role, resp.Term = role.Name(), role.Term
+		resp.FollowerCheckins = s.c.FollowerAnswers()
 	}
 	status := http.StatusOK
 	if err := s.checkStore(r.Context()); err != nil {
