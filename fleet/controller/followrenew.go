@@ -144,7 +144,7 @@ func (c *Controller) followerCheckin(ctx context.Context, req *appliance.Checkin
 	if req.Generation == 0 {
 		return appliance.CheckinResponse{}, fmt.Errorf("%w: node %s has no plan yet: %w", ErrNotLeader, req.NodeID, store.ErrNotSteady)
 	}
-	f, err := c.st.FollowerRenewLease(ctx, req.NodeID, req.Generation, lease)
+	f, err := c.st.FollowerRenewLease(ctx, req.NodeID, req.Generation, uint32(req.Capacity), lease)
 	if errors.Is(err, store.ErrLeaseLapsed) || errors.Is(err, store.ErrNotSteady) {
 		return appliance.CheckinResponse{}, fmt.Errorf("%w: %w", ErrNotLeader, err)
 	}
@@ -156,11 +156,6 @@ func (c *Controller) followerCheckin(ctx context.Context, req *appliance.Checkin
 		return appliance.CheckinResponse{}, fmt.Errorf("node %s: stored held set: %w", req.NodeID, err)
 	}
 	r := f.Range
-	if r.Count > uint32(req.Capacity) {
-		// The node renewed, but its answer would exceed the capacity
-		// it reports: the leader cuts the range.
-		return appliance.CheckinResponse{}, fmt.Errorf("%w: node %s reports capacity %d, its range holds %d", ErrNotLeader, req.NodeID, req.Capacity, r.Count)
-	}
 	resp := appliance.CheckinResponse{
 		Generation:    f.Generation,
 		TotalShards:   total,

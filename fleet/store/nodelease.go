@@ -141,8 +141,8 @@ var (
 	// none); only a leader may take it back.
 	ErrLeaseLapsed = errors.New("store: the node's lease has lapsed on the database's clock")
 	// ErrNotSteady: the check-in reports another generation than the
-	// stored plan's, or the store does not show the node live; only a
-	// leader may answer it.
+	// stored plan's or less capacity than its range, or the store does
+	// not show the node live; only a leader may answer it.
 	ErrNotSteady = errors.New("store: the check-in changes what only the leader records")
 )
 
@@ -157,11 +157,12 @@ type FollowerLease struct {
 
 // FollowerRenewLease renews nodeID's lease to the database's clock plus
 // lease, in one short transaction, only if its stored lease still runs,
-// the store shows it live, and gen (the generation the node applied) is
-// the stored plan's; otherwise it writes nothing and
+// the store shows it live, gen (the generation the node applied) is the
+// stored plan's, and the node's range fits the capacity it reports;
+// otherwise it writes nothing and
 // fails with ErrLeaseLapsed or ErrNotSteady. A stored deadline never moves
 // earlier. It takes no leader fence: the conditions hold whoever leads.
-func (s *Store) FollowerRenewLease(ctx context.Context, nodeID string, gen uint64, lease time.Duration) (FollowerLease, error) {
+func (s *Store) FollowerRenewLease(ctx context.Context, nodeID string, gen uint64, capacity uint32, lease time.Duration) (FollowerLease, error) {
 	tx, err := s.begin(ctx)
 	if err != nil {
 		return FollowerLease{}, err
@@ -195,6 +196,10 @@ func (s *Store) FollowerRenewLease(ctx context.Context, nodeID string, gen uint6
 		if r.NodeID == nodeID {
 			f.Range = r
 		}
+	}
+	if f.Range.Count > capacity {
+		// Rolled back: only a leader may cut the range.
+		return FollowerLease{}, fmt.Errorf("node %s reports capacity %d, its range holds %d: %w", nodeID, capacity, f.Range.Count, ErrNotSteady)
 	}
 	if err := tx.QueryRowContext(ctx, s.q(`SELECT held FROM nodes WHERE id = ?`), nodeID).Scan(&f.Held); err != nil {
 		return FollowerLease{}, fmt.Errorf("store: follower renewal of %s: node: %w", nodeID, err)

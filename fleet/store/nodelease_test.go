@@ -67,10 +67,11 @@ func testRenewLeasesFenced(t *testing.T, dsn string) {
 
 // TestFollowerRenewLease: a replica that does not lead renews a node's
 // running lease when the node reports the stored plan's generation and
-// the store shows it live, whoever leads
-// (or nobody), and reads back the node's range, held set and the term; a
-// lapsed lease, a node the store shows not live, and a check-in of another
-// generation are refused by name and write nothing.
+// the store shows it live, whoever leads (or nobody), and reads back the
+// node's range, held set and the term; a lapsed lease, a node the store
+// shows not live, a check-in of another generation and one reporting
+// less capacity than the node's range are refused by name and write
+// nothing.
 func TestFollowerRenewLease(t *testing.T) { pgtest.Each(t, testFollowerRenewLease) }
 
 func testFollowerRenewLease(t *testing.T, dsn string) {
@@ -111,7 +112,7 @@ func testFollowerRenewLease(t *testing.T, dsn string) {
 	if err := a.Resign(ctx, "a", la.Term); err != nil {
 		t.Fatal(err)
 	}
-	f, err := b.FollowerRenewLease(ctx, "n1", 3, 2*time.Hour)
+	f, err := b.FollowerRenewLease(ctx, "n1", 3, 4, 2*time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +120,7 @@ func testFollowerRenewLease(t *testing.T, dsn string) {
 	if f != want {
 		t.Fatalf("follower renewal read %+v, want %+v", f, want)
 	}
-	if _, err := b.FollowerRenewLease(ctx, "n1", 3, time.Second); err != nil {
+	if _, err := b.FollowerRenewLease(ctx, "n1", 3, 4, time.Second); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
@@ -133,7 +134,7 @@ func testFollowerRenewLease(t *testing.T, dsn string) {
 		{"n4", 3, ErrLeaseLapsed}, // its lease ran out
 		{"nx", 3, ErrLeaseLapsed}, // no lease at all
 	} {
-		if _, err := b.FollowerRenewLease(ctx, c.id, c.gen, 2*time.Hour); !errors.Is(err, c.want) {
+		if _, err := b.FollowerRenewLease(ctx, c.id, c.gen, 4, 2*time.Hour); !errors.Is(err, c.want) {
 			t.Errorf("%s generation %d: %v, want %v", c.id, c.gen, err, c.want)
 		}
 	}
@@ -153,7 +154,14 @@ func testFollowerRenewLease(t *testing.T, dsn string) {
 	// n2 applied generation 3; its acknowledgement is not stored yet
 	// (the leader writes it with a later batch): renewed, with its range
 	// startable only where the store shows it holding.
-	if f, err := b.FollowerRenewLease(ctx, "n2", 3, 2*time.Hour); err != nil || f.Range != (PlanRange{NodeID: "n2", Start: 4, Count: 4}) || f.Held != "4-7" {
+	// Reporting less capacity than its range: refused, nothing written.
+	if _, err := b.FollowerRenewLease(ctx, "n2", 3, 3, 3*time.Hour); !errors.Is(err, ErrNotSteady) {
+		t.Errorf("n2 with capacity 3 for a range of 4: %v, want %v", err, ErrNotSteady)
+	}
+	if left, err := a.LeaseRemainingOf(ctx, []string{"n2"}); err != nil || left["n2"] > time.Hour {
+		t.Errorf("n2's refused renewal (capacity) landed: %v %v", left, err)
+	}
+	if f, err := b.FollowerRenewLease(ctx, "n2", 3, 4, 2*time.Hour); err != nil || f.Range != (PlanRange{NodeID: "n2", Start: 4, Count: 4}) || f.Held != "4-7" {
 		t.Errorf("n2 reporting generation 3: %+v %v", f, err)
 	}
 	if d := left["n4"]; d > 0 {
