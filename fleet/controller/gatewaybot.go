@@ -129,7 +129,9 @@ func clipText(s string, n int) string {
 func (c *Controller) FetchGatewayBot(ctx context.Context, f GatewayFetcher) (time.Duration, error) {
 	g, after, err := f.Fetch(ctx)
 	if err != nil {
-		c.GatewayFetchFailed(err)
+		if ctx.Err() == nil { // a fetch cut short by shutdown is no failure of Discord's
+			c.GatewayFetchFailed(err)
+		}
 		return after, err
 	}
 	return 0, c.ApplyGatewayBot(ctx, g)

@@ -3,6 +3,7 @@ package controller
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/discord-pxe/dpxe/fleet/store"
 	"github.com/discord-pxe/dpxe/tools/gatewayemu"
 )
 
@@ -140,4 +142,44 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.b.Write(p)
+}
+
+// errFetcher fails every GET /gateway/bot: with ctx's error once ctx
+// ends (a fetch cut short by shutdown), else with err.
+type errFetcher struct{ err error }
+
+func (f errFetcher) Fetch(ctx context.Context) (GatewayBot, time.Duration, error) {
+	if ctx.Err() != nil {
+		return GatewayBot{}, 0, ctx.Err()
+	}
+	return GatewayBot{}, 0, f.err
+}
+
+// A fetch cut short by shutdown is not counted or shown as a failure of
+// GET /gateway/bot; a real failure is.
+func TestFetchCancelledIsNoFailure(t *testing.T) {
+	st, err := store.Open(context.Background(), newStorePath(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	c, err := New(context.Background(), st, Config{TotalShards: 4, MaxConcurrency: 1}, time.Now, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := errFetcher{err: errors.New("503 from Discord")}
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := c.FetchGatewayBot(cancelled, f); err == nil {
+		t.Fatal("the cancelled fetch succeeded")
+	}
+	if v := c.Gateway(); v.Failures != 0 || v.LastError != "" {
+		t.Fatalf("a fetch cancelled by shutdown counted as a failure: %d, %q", v.Failures, v.LastError)
+	}
+	if _, err := c.FetchGatewayBot(context.Background(), f); err == nil {
+		t.Fatal("the failing fetch succeeded")
+	}
+	if v := c.Gateway(); v.Failures != 1 || !strings.Contains(v.LastError, "503 from Discord") {
+		t.Fatalf("a real failure: %d, %q; want 1 and its error", v.Failures, v.LastError)
+	}
 }
