@@ -188,6 +188,12 @@ func (s *Store) FollowerRenewLease(ctx context.Context, nodeID string, gen uint6
 	if err := tx.QueryRowContext(ctx, s.q(`SELECT generation, ranges FROM plan WHERE id = 1`)).Scan(&f.Generation, &ranges); err != nil {
 		return FollowerLease{}, fmt.Errorf("store: follower renewal of %s: plan: %w", nodeID, err)
 	}
+	if f.Generation != gen {
+		// A leader committed a new plan since the renewal's statement
+		// (PostgreSQL reads each statement's own snapshot): rolled back,
+		// the node's next check-in meets the new plan.
+		return FollowerLease{}, fmt.Errorf("node %s reports generation %d, the stored plan's is now %d: %w", nodeID, gen, f.Generation, ErrNotSteady)
+	}
 	var plan []PlanRange
 	if err := json.Unmarshal([]byte(ranges), &plan); err != nil {
 		return FollowerLease{}, fmt.Errorf("store: follower renewal of %s: plan ranges: %w", nodeID, err)
