@@ -80,8 +80,12 @@ func (s *Store) LeaseRemaining(ctx context.Context) (map[string]time.Duration, e
 	if err != nil {
 		return nil, fmt.Errorf("store: node leases: %w", err)
 	}
+	return scanLeft(rows, map[string]time.Duration{})
+}
+
+// scanLeft adds rows of (node ID, milliseconds left) to m and closes rows.
+func scanLeft(rows *sql.Rows, m map[string]time.Duration) (map[string]time.Duration, error) {
 	defer rows.Close()
-	m := map[string]time.Duration{}
 	for rows.Next() {
 		var id string
 		var left int64
@@ -109,16 +113,7 @@ func (s *Store) LeaseRemainingOf(ctx context.Context, ids []string) (map[string]
 	if err != nil {
 		return nil, fmt.Errorf("store: node leases of %d nodes (%s...): %w", len(ids), ids[0], err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var id string
-		var left int64
-		if err := rows.Scan(&id, &left); err != nil {
-			return nil, err
-		}
-		m[id] = time.Duration(left) * time.Millisecond
-	}
-	return m, rows.Err()
+	return scanLeft(rows, m)
 }
 
 // Renewals by a replica that does not lead (docs/ha.md, "Renewals without
