@@ -66,11 +66,12 @@ type haState struct {
 	wroteRestarts map[string]string
 	// Renewals without a leader (followrenew.go): the nodes whose stored
 	// lease a leader's sweep asked about, whether a read of them runs,
-	// the check-ins answered while following, and the mutation
-	// (ExpireWithoutStoreCheck).
+	// the check-ins answered and claims granted while following, and the
+	// mutation (ExpireWithoutStoreCheck).
 	lapseAsk        map[string]struct{}
 	confirming      bool
 	followerAnswers uint64
+	followerGrants  uint64
 	expireUnchecked bool
 }
 
@@ -521,7 +522,6 @@ func (c *Controller) haBatchLocked(b *store.Batch) {
 	}
 	if !c.ha.unfenced {
 		b.Fence = c.ha.fence
-		b.GrantSpacing = c.cfg.IdentifyWindow
 	}
 	hs := make([]store.Handoff, 0, len(c.handoffs))
 	same := len(c.handoffs) == len(c.ha.wroteHandoffs)

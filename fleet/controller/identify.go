@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -95,28 +96,91 @@ func (c *Controller) Identify(ctx context.Context, req appliance.IdentifyRequest
 	if blocker, wait, blocked := c.orderBlockerLocked(t, req.ShardID); blocked {
 		return refuse(appliance.ReasonOrder, wait, fmt.Sprintf("shard %d of an earlier start group has not started", blocker))
 	}
+	prevLast := c.lastGrant[bucket]
 	c.lastGrant[bucket] = t
 	c.answering[bucket]++
 	epoch := c.grantEpoch
 	c.budget.Remaining--
-	if c.order.at[req.ShardID] == 0 {
+	first := c.order.at[req.ShardID] == 0
+	if first {
 		c.order.at[req.ShardID] = t.UnixNano()
 	}
-	c.stage.buckets = append(c.stage.buckets, store.BucketGrant{Bucket: bucket, GrantedAt: t, ShardID: req.ShardID, NodeID: n.id})
-	c.stage.budget = true
-	// The detail names the shard count: the event is the durable record
-	// that this shard of this count has started (loadStartOrder).
-	c.eventLocked(t, EventIdentifyGranted, n.id, &req.ShardID, grantDetail(c.cfg.TotalShards))
+	shard := req.ShardID
+	b := c.budget
+	g := store.Grant{NodeID: n.id, ShardID: shard, Bucket: bucket, MaxConcurrency: c.cfg.MaxConcurrency,
+		Reserve: c.cfg.SessionReserve, Budget: &b,
+		// The detail names the shard count: the event is the durable
+		// record that this shard of this count has started
+		// (loadStartOrder).
+		Event: store.Event{At: t, Kind: EventIdentifyGranted, NodeID: n.id, ShardID: &shard, Detail: grantDetail(c.cfg.TotalShards)}}
+	if c.ha.enabled && c.ha.leading && !c.ha.unfenced {
+		// Replicas: the store checks the spacing against every other
+		// replica's grants (a follower's, a former leader's).
+		g.Fence, g.Spacing = c.ha.fence, c.cfg.IdentifyWindow
+	}
+	// What is staged before the grant (the acknowledgement that made the
+	// node the shard's holder, this claim's events) commits first; the
+	// grant then commits in a transaction of its own (store.GrantIdentify).
 	c.stage.seq++
 	seq := c.stage.seq
 	c.mu.Unlock()
 	err := c.waitDurable(ctx, seq)
+	var stored store.Budget
+	if err == nil {
+		stored, err = c.st.GrantIdentify(ctx, g)
+	}
+	if refused := (*store.GrantRefused)(nil); errors.As(err, &refused) {
+		return c.grantRefused(t, n, req, resp, refused, prevLast, epoch, first)
+	}
+	if errors.Is(err, store.ErrFenced) {
+		c.haFlushFailed(err)
+		err = fmt.Errorf("%w: %w", ErrNotLeader, err)
+	}
 	c.grantAnswered(bucket, epoch)
 	if err != nil {
 		return appliance.IdentifyResponse{}, err
 	}
+	c.mu.Lock()
+	if stored.ResetAt.Equal(c.budget.ResetAt) {
+		// Another replica's grants spent from the stored budget.
+		c.budget.Remaining = min(c.budget.Remaining, stored.Remaining)
+	}
+	c.mu.Unlock()
 	resp.Granted = true
 	resp.UseWithinMS = uint32(appliance.GrantUseWithin(c.cfg.IdentifyWindow) / time.Millisecond)
+	return resp, nil
+}
+
+// grantRefused answers a claim whose grant the store refused (another
+// replica granted in its bucket within the window, or spent the budget):
+// what the grant took in memory is given back, and the bucket opens when
+// the store says.
+func (c *Controller) grantRefused(t time.Time, n *node, req appliance.IdentifyRequest, resp appliance.IdentifyResponse,
+	r *store.GrantRefused, prevLast time.Time, epoch uint64, first bool) (appliance.IdentifyResponse, error) {
+	now := c.now()
+	c.mu.Lock()
+	if epoch == c.grantEpoch {
+		c.answering[resp.Bucket]--
+		c.lastGrant[resp.Bucket] = prevLast
+		if errors.Is(r, store.ErrGrantSpacing) {
+			c.lastGrant[resp.Bucket] = latest(prevLast, now.Add(r.Wait-c.cfg.IdentifyWindow))
+		}
+	}
+	if first && c.order.at[req.ShardID] == t.UnixNano() {
+		c.order.at[req.ShardID] = 0
+	}
+	resp.Reason = appliance.ReasonBucketBusy
+	after := r.Wait
+	if errors.Is(r, store.ErrBudgetSpent) {
+		c.budget.Remaining = min(c.budget.Remaining+1, c.cfg.SessionReserve)
+		resp.Reason, after = appliance.ReasonBudget, c.budget.ResetAt.Sub(now)
+	}
+	resp.RetryAfterMS = max(1, int64((after+time.Millisecond-1)/time.Millisecond))
+	if now.Sub(n.lastRefusalEv) >= c.cfg.IdentifyWindow {
+		n.lastRefusalEv = now
+		c.eventLocked(now, EventIdentifyRefused, n.id, &req.ShardID, string(resp.Reason)+": "+r.Error())
+	}
+	c.mu.Unlock()
 	return resp, nil
 }
 

@@ -13,12 +13,11 @@ import (
 // the answer depending on them is sent; Controller.flushedSeq says how far
 // they are committed.
 type stage struct {
-	nodes   map[*node]struct{}
-	status  map[*node]struct{}
-	plan    bool
-	budget  bool
-	buckets []store.BucketGrant
-	events  []store.Event
+	nodes  map[*node]struct{}
+	status map[*node]struct{}
+	plan   bool
+	budget bool
+	events []store.Event
 	// sessions: per shard, the session record to write or drop
 	// (crashresume.go).
 	sessions map[uint32]store.ShardSession
@@ -53,7 +52,7 @@ func nodeStateLocked(n *node) store.NodeState {
 // snapshotLocked moves the stage into a batch: a consistent copy of the
 // staged state at one instant.
 func (c *Controller) snapshotLocked() (*store.Batch, uint64) {
-	b := &store.Batch{Buckets: c.stage.buckets, Events: c.stage.events}
+	b := &store.Batch{Events: c.stage.events}
 	for n := range c.stage.nodes {
 		b.Nodes = append(b.Nodes, nodeStateLocked(n))
 	}
@@ -97,7 +96,6 @@ func (c *Controller) restageLocked(b *store.Batch) {
 	}
 	c.stage.plan = c.stage.plan || b.Plan != nil
 	c.stage.budget = c.stage.budget || b.Budget != nil
-	c.stage.buckets = append(b.Buckets, c.stage.buckets...)
 	c.stage.events = append(b.Events, c.stage.events...)
 	for _, x := range b.Sessions {
 		if _, newer := c.stage.sessions[x.ShardID]; !newer {

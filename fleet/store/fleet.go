@@ -101,7 +101,6 @@ type Batch struct {
 	Plan        *Plan
 	Nodes       []NodeState
 	ShardStatus []ShardStatus
-	Buckets     []BucketGrant
 	Budget      *Budget
 	Events      []Event
 	// Durable commits with synchronous=FULL, so the batch survives a power
@@ -111,12 +110,6 @@ type Batch struct {
 	// holds the leader lease of Fence.Term (ha.go); otherwise Apply fails
 	// with ErrFenced and writes nothing.
 	Fence *Fence
-	// GrantSpacing, when positive, makes each of Buckets commit only if
-	// the bucket's previous grant is at least this long ago on the
-	// database's clock (ErrGrantSpacing otherwise), unless the previous
-	// grant was written under the same Fence.Term; the bucket's row is
-	// locked for the check.
-	GrantSpacing time.Duration
 	// Handoffs, when not nil, replaces every stored resume hand-off
 	// (replicas: a new leader offers them).
 	Handoffs *[]Handoff
@@ -130,7 +123,7 @@ type Batch struct {
 
 // Empty reports whether b has nothing to write.
 func (b *Batch) Empty() bool {
-	return b.Plan == nil && len(b.Nodes) == 0 && len(b.ShardStatus) == 0 && len(b.Buckets) == 0 && b.Budget == nil && len(b.Events) == 0 &&
+	return b.Plan == nil && len(b.Nodes) == 0 && len(b.ShardStatus) == 0 && b.Budget == nil && len(b.Events) == 0 &&
 		b.Handoffs == nil && b.Restarts == nil && len(b.Sessions) == 0
 }
 
@@ -485,28 +478,44 @@ func (s *Store) LastShardEvents(ctx context.Context, a, b, detail string) ([]Sha
 	return out, rows.Err()
 }
 
+// beginOn begins a transaction on a connection of its own; with durable,
+// on SQLite, it commits with synchronous=FULL. release returns the
+// connection once the transaction has ended.
+func (s *Store) beginOn(ctx context.Context, durable bool) (tx *txn, release func(), err error) {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	release = func() { conn.Close() }
+	if durable && s.dialect == dialectSQLite {
+		if _, err := conn.ExecContext(ctx, `PRAGMA synchronous = FULL`); err != nil {
+			conn.Close()
+			return nil, nil, err
+		}
+		release = func() {
+			conn.ExecContext(context.WithoutCancel(ctx), `PRAGMA synchronous = NORMAL`)
+			conn.Close()
+		}
+	}
+	sqlTx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		release()
+		return nil, nil, err
+	}
+	return &txn{sqlTx, s}, release, nil
+}
+
 // Apply writes a batch in one transaction. With b.Durable it commits with
 // synchronous=FULL.
 func (s *Store) Apply(ctx context.Context, b *Batch) (err error) {
 	if b.Empty() {
 		return nil
 	}
-	conn, err := s.db.Conn(ctx)
+	tx, release, err := s.beginOn(ctx, b.Durable)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	if b.Durable && s.dialect == dialectSQLite {
-		if _, err := conn.ExecContext(ctx, `PRAGMA synchronous = FULL`); err != nil {
-			return err
-		}
-		defer conn.ExecContext(context.WithoutCancel(ctx), `PRAGMA synchronous = NORMAL`)
-	}
-	sqlTx, err := conn.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	tx := &txn{sqlTx, s}
+	defer release()
 	defer func() {
 		if err != nil {
 			tx.Rollback()
@@ -568,23 +577,6 @@ func (s *Store) Apply(ctx context.Context, b *Batch) (err error) {
 				x.Reconnects, x.LastError, x.CloseCode, ms(x.UpdatedAt)); err != nil {
 				return fmt.Errorf("shard status %d: %w", x.ShardID, err)
 			}
-		}
-	}
-	var term uint64
-	if b.Fence != nil {
-		term = b.Fence.Term
-	}
-	for _, g := range b.Buckets {
-		if b.GrantSpacing > 0 {
-			if err := tx.checkSpacing(ctx, g.Bucket, b.GrantSpacing, term); err != nil {
-				return err
-			}
-		}
-		if _, err := tx.exec(ctx, `INSERT INTO identify_buckets(bucket, granted_at, shard_id, node_id, db_granted_at, grant_term) VALUES(?, ?, ?, ?, `+s.dbNowMS()+`, ?)
-			ON CONFLICT(bucket) DO UPDATE SET granted_at = excluded.granted_at, shard_id = excluded.shard_id, node_id = excluded.node_id,
-			db_granted_at = excluded.db_granted_at, grant_term = excluded.grant_term`,
-			g.Bucket, ms(g.GrantedAt), g.ShardID, g.NodeID, term); err != nil {
-			return fmt.Errorf("bucket %d: %w", g.Bucket, err)
 		}
 	}
 	if b.Budget != nil {

@@ -27,6 +27,15 @@ func (c *testClock) Advance(d time.Duration) {
 // written before migration 5 (no database time) comes back as unknown.
 // The clock also dates the spacing check, so a grant in the window is
 // refused until the clock moves past it.
+// testGrant commits an Identify grant of shard in bucket for node "n",
+// with the budget never short; at is the granting replica's clock.
+func testGrant(ctx context.Context, s *Store, bucket, shard uint32, spacing time.Duration, f *Fence, at time.Time) error {
+	_, err := s.GrantIdentify(ctx, Grant{NodeID: "n", ShardID: shard, Bucket: bucket, MaxConcurrency: 16, Spacing: spacing, Fence: f,
+		Budget: &Budget{Total: 1000, Remaining: 1000, ResetAt: time.Unix(86400, 0)},
+		Event:  Event{At: at, Kind: "identify_granted", NodeID: "n", ShardID: &shard}})
+	return err
+}
+
 func TestGrantAges(t *testing.T) { pgtest.Each(t, testGrantAges) }
 
 func testGrantAges(t *testing.T, dsn string) {
@@ -40,8 +49,7 @@ func testGrantAges(t *testing.T, dsn string) {
 	grant := func(bucket, shard uint32) error {
 		// GrantedAt, the writer's own clock, is deliberately far off: the
 		// age comes from the database's clock alone.
-		return s.Apply(ctx, &Batch{Buckets: []BucketGrant{{Bucket: bucket, GrantedAt: time.Unix(1, 0), ShardID: shard, NodeID: "n"}},
-			GrantSpacing: 5 * time.Second})
+		return testGrant(ctx, s, bucket, shard, 5*time.Second, nil, time.Unix(1, 0))
 	}
 	if g, err := s.GrantAges(ctx); err != nil || len(g) != 0 {
 		t.Fatalf("grant ages of an empty store: %+v %v", g, err)

@@ -85,9 +85,9 @@ var (
 	// the lease expired on the database's clock. The writer must stop
 	// acting as leader.
 	ErrFenced = errors.New("store: leader term fenced off (another replica leads, or the lease expired)")
-	// ErrGrantSpacing is returned by Apply when a batch would record an
-	// Identify grant in a bucket less than Batch.GrantSpacing after the
-	// bucket's previous grant, on the database's clock.
+	// ErrGrantSpacing is GrantIdentify's refusal of an Identify grant in
+	// a bucket less than the window after the bucket's previous grant, on
+	// the database's clock.
 	ErrGrantSpacing = errors.New("store: identify grant too soon after the bucket's last grant")
 )
 
@@ -219,32 +219,6 @@ func (t *txn) checkFence(ctx context.Context, f *Fence) error {
 	}
 	if n, _ := res.RowsAffected(); n != 1 {
 		return fmt.Errorf("term %d of %s: %w", f.Term, f.Holder, ErrFenced)
-	}
-	return nil
-}
-
-// checkSpacing fails with ErrGrantSpacing if bucket's last grant is less
-// than spacing ago on the database's clock, unless term (non-zero) wrote
-// it: one leader spaces its own grants in memory, from the moment each is
-// answered, and a grant whose first commit failed and was retried carries
-// its retry's time here. It locks the bucket's row on PostgreSQL until tx
-// ends.
-func (t *txn) checkSpacing(ctx context.Context, bucket uint32, spacing time.Duration, term uint64) error {
-	var last, now int64
-	var lastTerm uint64
-	err := t.QueryRowContext(ctx, t.s.q(`SELECT db_granted_at, grant_term, `+t.s.dbNowMS()+` FROM identify_buckets WHERE bucket = ?`+t.s.forUpdate()), bucket).
-		Scan(&last, &lastTerm, &now)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("bucket %d: %w", bucket, err)
-	}
-	if term != 0 && lastTerm == term {
-		return nil
-	}
-	if last != 0 && now-last < spacing.Milliseconds() {
-		return fmt.Errorf("bucket %d granted %d ms ago (term %d), spacing %v: %w", bucket, now-last, lastTerm, spacing, ErrGrantSpacing)
 	}
 	return nil
 }

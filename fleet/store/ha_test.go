@@ -149,13 +149,12 @@ func testGrantSpacingOnDatabaseClock(t *testing.T, dsn string) {
 		t.Fatal(err)
 	}
 	grant := func(bucket, shard uint32, spacing time.Duration) error {
-		return s.Apply(ctx, &Batch{Buckets: []BucketGrant{{Bucket: bucket, GrantedAt: time.Now(), ShardID: shard, NodeID: "n"}},
-			GrantSpacing: spacing})
+		return testGrant(ctx, s, bucket, shard, spacing, nil, time.Now())
 	}
 	if err := grant(0, 0, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := grant(0, 2, time.Minute); !errors.Is(err, ErrGrantSpacing) {
+	if err := grant(0, 16, time.Minute); !errors.Is(err, ErrGrantSpacing) {
 		t.Fatalf("second grant in the window: %v", err)
 	}
 	if g, _ := s.BucketGrants(ctx); len(g) != 1 || g[0].ShardID != 0 {
@@ -164,7 +163,7 @@ func testGrantSpacingOnDatabaseClock(t *testing.T, dsn string) {
 	if err := grant(1, 1, time.Minute); err != nil {
 		t.Fatalf("other bucket: %v", err)
 	}
-	if err := grant(0, 2, 0); err != nil {
+	if err := grant(0, 32, 0); err != nil {
 		t.Fatalf("unchecked grant: %v", err)
 	}
 	// Under a leader's fence: its own earlier grant does not count (it
@@ -173,8 +172,7 @@ func testGrantSpacingOnDatabaseClock(t *testing.T, dsn string) {
 		t.Fatal(err)
 	}
 	fenced := func(bucket uint32, term uint64) error {
-		return s.Apply(ctx, &Batch{Buckets: []BucketGrant{{Bucket: bucket, GrantedAt: time.Now(), ShardID: bucket, NodeID: "n"}},
-			GrantSpacing: time.Minute, Fence: &Fence{Holder: "L", Term: term}})
+		return testGrant(ctx, s, bucket, bucket, time.Minute, &Fence{Holder: "L", Term: term}, time.Now())
 	}
 	if err := fenced(0, 1); !errors.Is(err, ErrGrantSpacing) {
 		t.Fatalf("grant after an unfenced one in the window: %v", err)

@@ -107,12 +107,17 @@ func nodesBatchRoundTrip(t *testing.T, dsn string) {
 		Plan:        &Plan{Generation: 4, TotalShards: 16, Ranges: []PlanRange{{"n1", 0, 8}}, ChangedAt: now},
 		Nodes:       []NodeState{st},
 		ShardStatus: []ShardStatus{{ShardID: 7, NodeID: "n1", State: "READY", SeqValid: true, HeartbeatAcks: 9, LastError: "x", CloseCode: 4000, UpdatedAt: now}},
-		Buckets:     []BucketGrant{{Bucket: 0, GrantedAt: now, ShardID: 7, NodeID: "n1"}},
 		Budget:      &Budget{Total: 1000, Remaining: 990, ResetAt: now.Add(time.Hour)},
-		Events:      []Event{{At: now, Kind: "node_first_seen", NodeID: "n1"}, {At: now, Kind: "identify_granted", NodeID: "n1", ShardID: &shard}},
+		Events:      []Event{{At: now, Kind: "node_first_seen", NodeID: "n1"}},
 		Durable:     true,
 	}
 	if err := s.Apply(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	spent := *b.Budget
+	spent.Remaining--
+	if _, err := s.GrantIdentify(ctx, Grant{NodeID: "n1", ShardID: 7, Bucket: 0, MaxConcurrency: 1, Budget: &spent,
+		Event: Event{At: now, Kind: "identify_granted", NodeID: "n1", ShardID: &shard}}); err != nil {
 		t.Fatal(err)
 	}
 	// A shard status for an unknown node violates the foreign key.
@@ -141,11 +146,11 @@ func nodesBatchRoundTrip(t *testing.T, dsn string) {
 		t.Fatalf("shard status %+v", ss)
 	}
 	g, _ := s.BucketGrants(ctx)
-	if len(g) != 1 || g[0] != b.Buckets[0] {
+	if len(g) != 1 || g[0] != (BucketGrant{Bucket: 0, GrantedAt: now, ShardID: 7, NodeID: "n1"}) {
 		t.Fatalf("buckets %+v", g)
 	}
 	bu, ok, _ := s.LoadBudget(ctx)
-	if !ok || bu != *b.Budget {
+	if !ok || bu != spent {
 		t.Fatalf("budget %+v", bu)
 	}
 	ev, _ := s.Events(ctx, 0, "", 10)
