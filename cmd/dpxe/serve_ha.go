@@ -140,6 +140,9 @@ type replica struct {
 	// fallbackAt is when a check-in that the leader did not answer was
 	// last logged (fallbackNews).
 	fallbackAt time.Time
+	// leaderDown is, per leader URL, until when node requests this
+	// replica may answer itself skip forwarding (leaderFailed).
+	leaderDown map[string]time.Time
 }
 
 // haTestMutation is empty in every build but the replica tests' mutated
@@ -147,8 +150,9 @@ type replica struct {
 // "answer-before-lease-commit" commits node lease renewals after the
 // answer (controller.AnswerBeforeLeaseCommit), "first-lease-only" only
 // each node's first renewal of a term (controller.CommitFirstLeaseOnly),
-// "no-follower-renewal" makes a follower answer 503 to a check-in no
-// leader answers, as before renewals without a leader, and
+// "no-follower-renewal" makes a follower answer 503 to a check-in or
+// claim no leader answers, as before renewals without a leader,
+// "no-follower-grants" only to a claim, as before grants without one, and
 // "expire-unchecked" makes a leader expire nodes on its memory's
 // deadline (controller.ExpireWithoutStoreCheck).
 var haTestMutation string
@@ -474,24 +478,26 @@ func (r *replica) forward(h http.Handler) http.Handler {
 		r.mu.Lock()
 		self := r.advertise
 		r.mu.Unlock()
-		// A node's check-in that no leader answers, this replica answers
-		// itself if it asks for nothing but its lease (renewals without
-		// a leader, docs/ha.md); a request another replica forwarded
-		// goes back to it, which does the same.
+		// A node's check-in or Identify claim that no leader answers,
+		// this replica answers itself: a check-in that asks for nothing
+		// but its lease, a claim the store lets it grant (renewals and
+		// grants without a leader, docs/ha.md); a request another replica
+		// forwarded goes back to it, which does the same.
 		var fallback func(http.ResponseWriter)
-		if req.Method == http.MethodPost && req.URL.Path == "/v1/checkin" && req.Header.Get(forwardedHeader) == "" &&
-			haTestMutation != "no-follower-renewal" {
+		if req.Method == http.MethodPost && req.Header.Get(forwardedHeader) == "" && haTestMutation != "no-follower-renewal" &&
+			(req.URL.Path == "/v1/checkin" || (req.URL.Path == "/v1/identify" && haTestMutation != "no-follower-grants")) {
 			body, err := io.ReadAll(io.LimitReader(req.Body, appliance.MaxCheckinBody+1))
 			if err != nil {
-				unavailable(w, req, "reading the check-in failed: "+err.Error())
+				unavailable(w, req, "reading the request failed: "+err.Error())
 				return
 			}
-			local := req.Clone(controller.AnswerAsFollower(controller.WithRoute(req.Context(), route)))
+			local := req.Clone(controller.ReceivedAt(controller.AnswerAsFollower(controller.WithRoute(req.Context(), route)), time.Now()))
 			local.Body = io.NopCloser(bytes.NewReader(body))
 			req.Body = io.NopCloser(bytes.NewReader(body))
 			fallback = func(w http.ResponseWriter) { h.ServeHTTP(w, local) }
 		}
-		if role.LeaderURL == "" || role.LeaderURL == self || req.Header.Get(forwardedHeader) != "" {
+		if role.LeaderURL == "" || role.LeaderURL == self || req.Header.Get(forwardedHeader) != "" ||
+			(fallback != nil && r.leaderIsDown(role.LeaderURL)) {
 			if fallback != nil {
 				fallback(w)
 				return
@@ -523,8 +529,33 @@ func (r *replica) fallbackNews() bool {
 	return true
 }
 
-// fallbackKey carries, in a forwarded check-in's context, how this
-// replica answers it itself when the leader does not (forward).
+// leaderFailed notes that the leader at target did not answer a node
+// request this replica then answered itself: for the next sixth of the
+// node lease (at most a third of the leader lease) such requests are
+// answered here without trying the leader first. A forwarding attempt
+// costs up to the proxy's timeouts, and an Identify grant answered that
+// late is past its use_within_ms (a quarter second by default): the node
+// would discard it and its budget would be spent for nothing.
+func (r *replica) leaderFailed(target string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.leaderDown == nil {
+		r.leaderDown = map[string]time.Time{}
+	}
+	clear(r.leaderDown) // only the latest leader matters
+	r.leaderDown[target] = time.Now().Add(min(r.lease/3, time.Duration(r.app.cfg.Lease)/6))
+}
+
+// leaderIsDown reports whether the leader at target failed a node
+// request recently (leaderFailed).
+func (r *replica) leaderIsDown(target string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return time.Now().Before(r.leaderDown[target])
+}
+
+// fallbackKey carries, in a forwarded check-in's or claim's context, how
+// this replica answers it itself when the leader does not (forward).
 type fallbackKey struct{}
 
 // errLeaderUnavailable is a leader's 503 to a forwarded check-in.
@@ -543,7 +574,8 @@ func unavailable(w http.ResponseWriter, req *http.Request, why string) {
 }
 
 // proxy returns the reverse proxy to a leader URL: for node check-ins
-// this replica may answer itself (checkin), or for everything else.
+// and Identify claims this replica may answer itself (checkin), or for
+// everything else.
 func (r *replica) proxy(target string, checkin bool) *httputil.ReverseProxy {
 	key := target
 	if checkin {
@@ -582,8 +614,9 @@ func (r *replica) proxy(target string, checkin bool) *httputil.ReverseProxy {
 	}
 	p.ErrorHandler = func(w http.ResponseWriter, req *http.Request, err error) {
 		if fallback, ok := req.Context().Value(fallbackKey{}).(func(http.ResponseWriter)); ok {
+			r.leaderFailed(target)
 			if !errors.Is(err, errLeaderUnavailable) && r.fallbackNews() {
-				r.log.Warn("forwarding check-ins to the leader fails; answering the renewals here", "leader", target, "err", err)
+				r.log.Warn("forwarding node requests to the leader fails; answering renewals and Identify claims here", "leader", target, "err", err)
 				r.wake()
 			}
 			fallback(w)

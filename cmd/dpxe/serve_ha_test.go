@@ -139,7 +139,7 @@ func newHACluster(t testing.TB, dsn string, tail int) *haCluster {
 	dir := t.TempDir()
 	var ldflags []string
 	switch m := os.Getenv("DPXE_HA_MUTATION"); m {
-	case "answer-before-lease-commit", "first-lease-only", "no-follower-renewal", "expire-unchecked":
+	case "answer-before-lease-commit", "first-lease-only", "no-follower-renewal", "no-follower-grants", "expire-unchecked":
 		// The mutations built into dpxe (haTestMutation).
 		ldflags = append(ldflags, "-X main.haTestMutation="+m)
 	}

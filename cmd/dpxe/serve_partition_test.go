@@ -68,6 +68,21 @@ func tcpRelay(t *testing.T, ln net.Listener, target string) {
 	}()
 }
 
+// dropSession marks one identified shard of n as not identified, as if
+// Discord had invalidated its session: n claims an Identify for it at its
+// next check-in. ok is false if n has none.
+func (n *haNode) dropSession() (shard uint32, ok bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for s := range n.owned {
+		if n.identified[s] {
+			n.identified[s] = false
+			return s, true
+		}
+	}
+	return 0, false
+}
+
 // healthRole is replica i's role and term on /healthz, if it answers.
 func (c *haCluster) healthRole(i int) (string, uint64, bool) {
 	h, ok := c.health(i)
@@ -79,9 +94,11 @@ func (c *haCluster) healthRole(i int) (string, uint64, bool) {
 // network namespace and reaches the database over one veth pair and the
 // other replicas and the nodes over another. While r0 leads, the test
 // first sets the other veth down for two node leases: r0 keeps leading,
-// the followers renew the nodes' leases themselves, and no node stops a
-// shard (DPXE_HA_MUTATION=no-follower-renewal, followers answering 503
-// as before, fails there). Then it sets the database veth down (a partition: packets vanish, connections
+// the followers renew the nodes' leases themselves, no node stops a
+// shard, and a session invalidated on each node identifies again through
+// a follower's grant (DPXE_HA_MUTATION=no-follower-renewal, followers
+// answering 503 as before, fails there; =no-follower-grants, followers
+// answering 503 to claims only, too). Then it sets the database veth down (a partition: packets vanish, connections
 // stay half-open). It asserts that r0 stops saying it leads within its
 // leader lease and logs that it lost the lease, that another replica
 // leads with a higher term, that the nodes see no double owner, no
@@ -218,7 +235,16 @@ func TestReplicaPartitionedFromDatabase(t *testing.T) {
 	t.Logf("partition: %s down, r0 leads term %d and keeps its database", webNS, term)
 	webCut := time.Now()
 	ipCmd(t, "-n", ns.Name, "link", "set", webNS, "down")
-	time.Sleep(2*haNodeLease + time.Second)
+	// A second in, Discord invalidates one session on every node: each
+	// claims an Identify, and only a follower can grant it.
+	time.Sleep(time.Second)
+	dropped := 0
+	for _, n := range nodes {
+		if _, ok := n.dropSession(); ok {
+			dropped++
+		}
+	}
+	time.Sleep(time.Until(webCut.Add(2*haNodeLease + time.Second)))
 	webHeal := time.Now()
 	if n := hist.stopsBetween(webCut, webHeal); n > 0 || ownedShards(nodes) < haShards {
 		hist.mu.Lock()
@@ -232,15 +258,19 @@ func TestReplicaPartitionedFromDatabase(t *testing.T) {
 			t.Fatalf("r%d says %s term %d (answered %v) with r0 cut off from it; want a follower of term %d", i, role, tm, ok, term)
 		}
 	}
-	var renewed []uint64
+	var renewed, granted []uint64
 	for i := 1; i < 3; i++ {
 		h, _ := c.health(i)
-		renewed = append(renewed, h.FollowerCheckins)
+		renewed, granted = append(renewed, h.FollowerCheckins), append(granted, h.FollowerGrants)
 	}
 	if renewed[0]+renewed[1] == 0 {
 		t.Fatalf("no follower's /healthz counts check-ins it answered itself\n%s", c.logTail())
 	}
-	t.Logf("check-ins r1 and r2 answered themselves: %v", renewed)
+	if got := identifiedShards(nodes); got < haShards || granted[0]+granted[1] < uint64(dropped) {
+		t.Fatalf("with the leader cut off, %d of %d shards identified again after %d sessions were invalidated; the followers granted %v\n%s",
+			got, haShards, dropped, granted, c.logTail())
+	}
+	t.Logf("check-ins r1 and r2 answered themselves: %v; Identify claims they granted: %v (%d sessions invalidated)", renewed, granted, dropped)
 	ipCmd(t, "-n", ns.Name, "link", "set", webNS, "up")
 	if lead, tm := c.leader(bound); lead != 0 || tm != term {
 		t.Fatalf("after the leader's partition from the nodes r%d leads term %d; want r0, term %d", lead, tm, term)

@@ -105,6 +105,9 @@ type HealthResponse struct {
 	// itself since it started, while no leader answered them (docs/ha.md,
 	// renewals without a leader); absent when none.
 	FollowerCheckins uint64 `json:"follower_checkins,omitempty"`
+	// FollowerGrants is how many Identify claims it granted itself the
+	// same way (identify claims without a leader); absent when none.
+	FollowerGrants uint64 `json:"follower_grants,omitempty"`
 }
 
 // storeProbe shares one store check among the GET /healthz requests of
@@ -136,7 +139,7 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	resp := HealthResponse{OK: true, Version: s.version, Store: "writable", Generation: p.Generation, LiveNodes: p.LiveNodes}
 	if role := s.c.Role(); role.HA {
 		resp.Role, resp.Term = role.Name(), role.Term
-		resp.FollowerCheckins = s.c.FollowerAnswers()
+		resp.FollowerCheckins, resp.FollowerGrants = s.c.FollowerAnswers()
 	}
 	status := http.StatusOK
 	if err := s.checkStore(r.Context()); err != nil {

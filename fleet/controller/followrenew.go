@@ -21,9 +21,17 @@ import (
 // the stored deadline only while it still runs on the database's clock,
 // and the answer is read in it: the stored plan, with the node's range
 // startable only where the store shows the node holding the shards. A
-// follower grants nothing, records nothing else, and answers no Identify
-// claim: plan changes, grants and hand-offs wait for a leader, but no node
-// loses its lease while none answers.
+// follower records nothing else: plan changes and hand-offs wait for a
+// leader, but no node loses its lease while none answers.
+//
+// A follower also answers an Identify claim no leader answers
+// (followerIdentify): a grant is one transaction (store.GrantIdentify)
+// that commits only if the store shows the node's lease running, the node
+// live and holding the shard in its range with no other live node holding
+// it, the bucket's last grant a window old on the database's clock, and
+// the stored budget above its reserve, and it spends from that budget. So
+// a shard whose session Discord invalidated starts again while the
+// leader is cut off from the nodes.
 //
 // A leader, for its part, no longer expires a node only because its
 // memory's deadline passed: it first reads the node's stored deadline
@@ -39,6 +47,16 @@ type followerKey struct{}
 // answers itself if it does not lead (dpxe serve, when no leader answers).
 func AnswerAsFollower(ctx context.Context) context.Context {
 	return context.WithValue(ctx, followerKey{}, true)
+}
+
+type receivedKey struct{}
+
+// ReceivedAt returns ctx noting when the request reached this replica: a
+// follower does not grant a claim that has waited so long (forwarded to
+// a leader that did not answer) that its answer would come past the
+// grant's use_within_ms.
+func ReceivedAt(ctx context.Context, t time.Time) context.Context {
+	return context.WithValue(ctx, receivedKey{}, t)
 }
 
 func answersAsFollower(ctx context.Context) bool {
@@ -184,10 +202,134 @@ func (c *Controller) followerCheckin(ctx context.Context, req *appliance.Checkin
 	return resp, nil
 }
 
-// FollowerAnswers is how many check-ins this replica answered while it
-// did not lead (the renewals without a leader above).
-func (c *Controller) FollowerAnswers() uint64 {
+// FollowerAnswers is how many check-ins this replica answered, and how
+// many Identify claims it granted, while it did not lead (the renewals
+// and grants without a leader above).
+func (c *Controller) FollowerAnswers() (checkins, grants uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.ha.followerAnswers
+	return c.ha.followerAnswers, c.ha.followerGrants
+}
+
+// followerIdentify answers req on a replica that does not lead (see the
+// comment at the top of this file). A shard that never started waits for
+// every shard of the earlier start groups to have started, as the stored
+// audit log and statuses show: a follower does not judge which of them
+// cannot start now, as a leader does.
+func (c *Controller) followerIdentify(ctx context.Context, req appliance.IdentifyRequest) (appliance.IdentifyResponse, error) {
+	t := c.now()
+	c.mu.Lock()
+	enabled, total, mc, window, reserve := c.ha.enabled, c.cfg.TotalShards, max(c.cfg.MaxConcurrency, 1), c.cfg.IdentifyWindow, c.cfg.SessionReserve
+	base := c.startGroupBase(req.ShardID)
+	c.mu.Unlock()
+	if !enabled {
+		return appliance.IdentifyResponse{}, fmt.Errorf("%w: not a replica", ErrNotLeader)
+	}
+	bucket := appliance.IdentifyBucket(req.ShardID, mc)
+	resp := appliance.IdentifyResponse{ShardID: req.ShardID, Bucket: bucket}
+	refuse := func(reason appliance.IdentifyReason, after time.Duration) (appliance.IdentifyResponse, error) {
+		resp.Reason = reason
+		resp.RetryAfterMS = max(1, int64((after+time.Millisecond-1)/time.Millisecond))
+		return resp, nil
+	}
+	if req.ShardID >= total {
+		return refuse(appliance.ReasonNotOwner, settleCheckin)
+	}
+	if blocker, ok, err := c.storedOrderBlocker(ctx, req.ShardID, base); err != nil {
+		return appliance.IdentifyResponse{}, err
+	} else if ok {
+		c.log.Debug("follower refuses an Identify claim: an earlier start group has not started", "shard", req.ShardID, "blocker", blocker)
+		return refuse(appliance.ReasonOrder, orderRetry)
+	}
+	if at, ok := ctx.Value(receivedKey{}).(time.Time); ok && time.Since(at) > appliance.GrantUseWithin(window)/2 {
+		// The node would likely discard the grant (its answer comes past
+		// use_within_ms) and the budget would be spent for nothing: it
+		// claims again, and this replica then answers at once.
+		return refuse(appliance.ReasonBucketBusy, time.Millisecond)
+	}
+	shard := req.ShardID
+	_, err := c.st.GrantIdentify(ctx, store.Grant{NodeID: req.NodeID, ShardID: shard, Bucket: bucket, MaxConcurrency: mc,
+		Spacing: window, Reserve: reserve, Owner: func(v store.OwnerView) error { return storedOwner(v, shard, total) },
+		Event: store.Event{At: t, Kind: EventIdentifyGranted, NodeID: req.NodeID, ShardID: &shard, Detail: grantDetail(total)}})
+	var r *store.GrantRefused
+	switch {
+	case errors.As(err, &r) && errors.Is(err, store.ErrGrantSpacing):
+		return refuse(appliance.ReasonBucketBusy, r.Wait)
+	case errors.As(err, &r) && errors.Is(err, store.ErrBudgetSpent):
+		return refuse(appliance.ReasonBudget, window)
+	case errors.As(err, &r):
+		return refuse(appliance.ReasonNotOwner, settleCheckin)
+	case err != nil:
+		return appliance.IdentifyResponse{}, err
+	}
+	c.mu.Lock()
+	c.ha.followerGrants++
+	c.mu.Unlock()
+	resp.Granted = true
+	resp.UseWithinMS = uint32(appliance.GrantUseWithin(window) / time.Millisecond)
+	return resp, nil
+}
+
+// storedOwner is a follower's owner check of a grant: the store shows the
+// node's lease running, the node live and holding shard in its range, and
+// no other live node holding it.
+func storedOwner(v store.OwnerView, shard, total uint32) error {
+	if v.LeaseLeft <= 0 {
+		return store.ErrLeaseLapsed
+	}
+	if !v.Live {
+		return errors.New("the node is not live")
+	}
+	if shard < v.Range.Start || shard-v.Range.Start >= v.Range.Count {
+		return fmt.Errorf("shard %d is outside the node's range %d+%d", shard, v.Range.Start, v.Range.Count)
+	}
+	if held, err := decodeHeld(v.Held, total); err != nil || !slices.Contains(held, shard) {
+		return fmt.Errorf("the node does not hold shard %d (%q, %v)", shard, v.Held, err)
+	}
+	for id, h := range v.OthersHeld {
+		if held, err := decodeHeld(h, total); err != nil || slices.Contains(held, shard) {
+			return fmt.Errorf("node %s holds shard %d too (%q, %v)", id, shard, h, err)
+		}
+	}
+	return nil
+}
+
+// storedOrderBlocker returns a shard below base (the claimed shard's start
+// group) that the store does not show started, unless the claimed shard
+// itself started before: the stored audit log's last identify_granted of
+// this shard count after its last identify_unused, or a READY status.
+func (c *Controller) storedOrderBlocker(ctx context.Context, shard, base uint32) (uint32, bool, error) {
+	c.mu.Lock()
+	total := c.cfg.TotalShards
+	c.mu.Unlock()
+	last, err := c.st.LastShardEvents(ctx, EventIdentifyGranted, EventIdentifyUnused, grantDetail(total))
+	if err != nil {
+		return 0, false, err
+	}
+	started := make([]bool, total)
+	for _, x := range last {
+		if x.LastA > x.LastB && x.ShardID < total {
+			started[x.ShardID] = true
+		}
+	}
+	if started[shard] {
+		return 0, false, nil
+	}
+	if base > 0 {
+		st, err := c.st.ShardStatuses(ctx, "")
+		if err != nil {
+			return 0, false, err
+		}
+		for _, x := range st {
+			if x.State == string(appliance.ShardReady) && x.ShardID < total {
+				started[x.ShardID] = true
+			}
+		}
+	}
+	for s := range base {
+		if !started[s] {
+			return s, true, nil
+		}
+	}
+	return 0, false, nil
 }

@@ -76,8 +76,8 @@ func leaderExpiresOnlyLapsed(t *testing.T, mutate bool) (overlap bool) {
 		}
 		n1Until = p.clock.Now().Add(cfg.Lease)
 	}
-	if b.FollowerAnswers() != 2 {
-		t.Fatalf("follower answers: %d, want 2", b.FollowerAnswers())
+	if n, _ := b.FollowerAnswers(); n != 2 {
+		t.Fatalf("follower answers: %d, want 2", n)
 	}
 	// 12 s after n1's last check-in at the leader, 4 s after its last at
 	// the follower: the leader's memory says its lease is over.
@@ -146,4 +146,92 @@ func settleLapses(t *testing.T, c *Controller) {
 		time.Sleep(2 * time.Millisecond)
 	}
 	c.Tick()
+}
+
+// TestFollowerGrantsIdentify: a follower grants an Identify claim no
+// leader answers (AnswerAsFollower) when the store shows the node owning
+// the shard, the bucket's window over and the budget above its reserve,
+// and the leader, whose memory knows nothing of that grant, is refused by
+// the store when it grants in the same bucket within the window: the
+// claim gets bucket_busy with what is left of the window. The budget
+// counts both replicas' grants, in the store and then in the leader's
+// memory. The follower refuses a node the store does not show owning the
+// shard, and a second grant in the bucket.
+func TestFollowerGrantsIdentify(t *testing.T) {
+	cfg := Config{TotalShards: 4, MaxConcurrency: 1, Lease: 10 * time.Second, IdentifyWindow: 5 * time.Second,
+		SessionBudget: 100, SessionReserve: 2}
+	p := newReplicaPair(t, cfg)
+	a, b := p.c[0], p.c[1]
+	ctx := context.Background()
+	for _, id := range []string{"n1", "n2"} {
+		if _, err := a.AddNode(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.lead(0, time.Hour)
+	if err := a.SetBudget(ctx, 100, 10, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	r, err := a.Checkin(ctx, &appliance.CheckinRequest{NodeID: "n1", Capacity: 4}, "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Checkin(ctx, &appliance.CheckinRequest{NodeID: "n1", Capacity: 4, Generation: r.Generation}, "127.0.0.1"); err != nil {
+		t.Fatal(err)
+	}
+	p.clock.Advance(startGather)
+	claim := func(c *Controller, ctx context.Context, node string, shard uint32) appliance.IdentifyResponse {
+		t.Helper()
+		g, err := c.Identify(ctx, appliance.IdentifyRequest{NodeID: node, ShardID: shard})
+		if err != nil {
+			t.Fatalf("%s's claim of shard %d: %v", node, shard, err)
+		}
+		return g
+	}
+	if g := claim(a, ctx, "n1", 0); !g.Granted {
+		t.Fatalf("the leader's grant of shard 0: %+v", g)
+	}
+	if err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	follower := AnswerAsFollower(ctx)
+	if _, err := b.Identify(ctx, appliance.IdentifyRequest{NodeID: "n1", ShardID: 1}); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("the follower answered a claim not marked AnswerAsFollower: %v", err)
+	}
+	if g := claim(b, follower, "n1", 1); g.Granted || g.Reason != appliance.ReasonBucketBusy || g.RetryAfterMS > 5000 {
+		t.Fatalf("the follower's answer within the window of the leader's grant: %+v", g)
+	}
+	p.clock.Advance(cfg.IdentifyWindow)
+	if g := claim(b, follower, "n2", 1); g.Granted || g.Reason != appliance.ReasonNotOwner {
+		t.Fatalf("the follower's answer to a node not owning the shard: %+v", g)
+	}
+	if g := claim(b, follower, "n1", 1); !g.Granted || g.UseWithinMS == 0 {
+		t.Fatalf("the follower's grant of shard 1: %+v", g)
+	}
+	if _, grants := b.FollowerAnswers(); grants != 1 {
+		t.Fatalf("follower grants: %d, want 1", grants)
+	}
+	// The leader's memory says bucket 0 has been free for a window. (Shard
+	// 0 claims again, as after an invalidated session: a shard that
+	// started before is not held back by the start order, which the
+	// leader's memory does not know shard 1 kept.)
+	p.clock.Advance(time.Second)
+	g := claim(a, ctx, "n1", 0)
+	if g.Granted || g.Reason != appliance.ReasonBucketBusy || g.RetryAfterMS < 3500 || g.RetryAfterMS > 4000 {
+		t.Fatalf("the leader's answer 1 s after the follower's grant: %+v, want bucket_busy for about 4 s", g)
+	}
+	if g := claim(a, ctx, "n1", 0); g.Granted {
+		t.Fatalf("the leader granted at once after the store's refusal: %+v", g)
+	}
+	p.clock.Advance(4 * time.Second)
+	if g := claim(a, ctx, "n1", 0); !g.Granted {
+		t.Fatalf("the leader's grant a window after the follower's: %+v", g)
+	}
+	stored, ok, err := p.st[0].LoadBudget(ctx)
+	if err != nil || !ok || stored.Remaining != 7 {
+		t.Fatalf("stored budget after three grants from 10: %+v %v %v", stored, ok, err)
+	}
+	if bu := a.Budget(); bu.Remaining != 7 {
+		t.Fatalf("the leader's budget after three grants from 10 (one the follower's): %+v", bu)
+	}
 }

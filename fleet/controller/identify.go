@@ -35,6 +35,9 @@ func (c *Controller) Identify(ctx context.Context, req appliance.IdentifyRequest
 	c.mu.Lock()
 	if err := c.haCheckLocked(); err != nil {
 		c.mu.Unlock()
+		if answersAsFollower(ctx) {
+			return c.followerIdentify(ctx, req)
+		}
 		return appliance.IdentifyResponse{}, err
 	}
 	c.sweepLocked(t)

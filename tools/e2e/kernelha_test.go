@@ -264,7 +264,7 @@ func TestKernelReplicasFailover(t *testing.T) {
 		t.Errorf("r1 led %v after the kill, within a node lease (%v): the follower's renewals were not needed",
 			leaderAt.Sub(killed).Round(time.Millisecond), nodeLease)
 	}
-	if !strings.Contains(surv.logs.String(), "answering the renewals here") {
+	if !strings.Contains(surv.logs.String(), "answering renewals and Identify claims here") {
 		t.Errorf("r1 does not say it answered the nodes' renewals while no leader did")
 	}
 	// Heartbeats went on through the failover on every session.
