@@ -52,14 +52,18 @@ type khaReplica struct {
 // runs out, longer than a node lease after the kill; then it takes the
 // leader lease with a higher term. From the emulator's record: no session
 // closed or replaced, no new Identify, every shard READY and heartbeating
-// throughout, no violation; the new leader sees both nodes check in with
+// throughout, no violation, but for one session the emulator ends (op 9,
+// not resumable) while no replica leads: its shard must be identified
+// again before r1 leads, through r1's grant as a follower; the new leader sees both nodes check in with
 // its plan generation acknowledged, each node's console says it moved to
 // r1 and applied r1's term, no node's lease lapses, and r1's log says it
 // answered renewals.
 //
 // DPXE_KHA_MUTATION: no-follower-renewal builds dpxe with followers
 // answering 503 to check-ins no leader answers, as before: the nodes'
-// leases lapse and the test fails. short-lease gives the replicas a node
+// leases lapse and the test fails. no-follower-grants, with followers
+// answering 503 to claims only: the ended session's shard identifies
+// only once r1 leads, and the test fails. short-lease gives the replicas a node
 // lease of 3 s, which the follower's renewals cover too (the test passes;
 // before them it failed). leader-only boots the nodes with the leader's
 // URL only: the test still passes, since the nodes learn r1 from the
@@ -98,7 +102,7 @@ func TestKernelReplicasFailover(t *testing.T) {
 	const subnet = "10.98.0"
 	l := newGWLabNoServe(t, ctx, subnet, gatewayemu.Options{HeartbeatInterval: 2 * time.Second, Shards: khaShards, MaxConcurrency: khaShards})
 	bin := l.bin
-	if mutation == "no-follower-renewal" {
+	if mutation == "no-follower-renewal" || mutation == "no-follower-grants" {
 		bin = filepath.Join(t.TempDir(), "dpxe")
 		if out, err := exec.Command("go", "build", "-ldflags", "-X main.haTestMutation="+mutation, "-o", bin,
 			"github.com/discord-pxe/dpxe/cmd/dpxe").CombinedOutput(); err != nil {
@@ -217,10 +221,32 @@ func TestKernelReplicasFailover(t *testing.T) {
 	for sh, ses := range before {
 		beats[sh] = ses.Heartbeats
 	}
+	// Once the nodes have moved to r1, with no leader, Discord ends one
+	// session (op 9, not resumable): its node claims an Identify, which
+	// only r1, a follower then, can grant (docs/ha.md, Identify claims
+	// without a leader).
+	const ended = 3
+	var endedAt, reidentAt time.Time
 	watchEnd := time.Now().Add(90 * time.Second)
 	for {
 		now := l.liveSessions()
+		if endedAt.IsZero() && leaderAt.IsZero() && time.Since(killed) > nodeLease/3+2*time.Second {
+			sh := ended
+			if _, err := l.emu.Inject(gatewayemu.Fault{Kind: gatewayemu.FaultInvalidSession, Shard: &sh}); err != nil {
+				t.Fatal(err)
+			}
+			endedAt = time.Now()
+			t.Logf("shard %d's session invalidated %v after the kill", ended, endedAt.Sub(killed).Round(time.Millisecond))
+		}
+		if a, ok := now[ended]; ok && !endedAt.IsZero() && reidentAt.IsZero() && a.ID != before[ended].ID {
+			reidentAt = time.Now()
+			t.Logf("shard %d identified again %v after its session ended, %v after the kill (r1 leading: %v)", ended,
+				reidentAt.Sub(endedAt).Round(time.Millisecond), reidentAt.Sub(killed).Round(time.Millisecond), !leaderAt.IsZero())
+		}
 		for sh, b := range before {
+			if sh == ended && !endedAt.IsZero() {
+				continue
+			}
 			if a, ok := now[sh]; !ok || a.ID != b.ID || a.Conn != b.Conn {
 				t.Fatalf("%v after the kill shard %d's session changed: %s conn %d -> %+v (connected: %v)",
 					time.Since(killed).Round(time.Millisecond), sh, b.ID, b.Conn, a, ok)
@@ -250,7 +276,7 @@ func TestKernelReplicasFailover(t *testing.T) {
 				checkins[n.id]++
 			}
 		}
-		if checkins["kha-a"] >= 2 && checkins["kha-b"] >= 2 && time.Since(killed) > nodeLease+2*time.Second {
+		if checkins["kha-a"] >= 2 && checkins["kha-b"] >= 2 && time.Since(killed) > nodeLease+2*time.Second && !reidentAt.IsZero() {
 			break
 		}
 		if time.Now().After(watchEnd) {
@@ -267,14 +293,26 @@ func TestKernelReplicasFailover(t *testing.T) {
 	if !strings.Contains(surv.logs.String(), "answering renewals and Identify claims here") {
 		t.Errorf("r1 does not say it answered the nodes' renewals while no leader did")
 	}
-	// Heartbeats went on through the failover on every session.
+	// The ended session's shard was identified again while r1 followed,
+	// through its grant.
+	if endedAt.IsZero() || !reidentAt.Before(leaderAt) {
+		t.Errorf("shard %d's session ended %v after the kill and was identified again %v after the kill, r1 leading %v after the kill: want it identified before r1 led",
+			ended, endedAt.Sub(killed).Round(time.Millisecond), reidentAt.Sub(killed).Round(time.Millisecond), leaderAt.Sub(killed).Round(time.Millisecond))
+	}
+	if h, err := khaHealth(l, surv); err != nil || h.FollowerGrants != 1 {
+		t.Errorf("r1's /healthz counts %d Identify claims it granted as a follower (%v), want 1", h.FollowerGrants, err)
+	}
+	// Heartbeats went on through the failover on every other session.
 	for sh, b := range before {
+		if sh == ended {
+			continue
+		}
 		if beats[sh] <= b.Heartbeats {
 			t.Errorf("shard %d: no heartbeat since the kill (%d)", sh, b.Heartbeats)
 		}
 	}
-	if got := l.acceptedIdentifies(); got != identifies {
-		t.Errorf("the failover cost %d Identifies, want 0", got-identifies)
+	if got := l.acceptedIdentifies(); got != identifies+1 {
+		t.Errorf("the failover cost %d Identifies, want 1 (the ended session's)", got-identifies)
 	}
 	if n := len(readySessions(l.emu.State(), 1)); n != khaShards {
 		t.Errorf("%d shards READY after the failover, want %d", n, khaShards)
@@ -326,20 +364,22 @@ func TestKernelReplicasFailover(t *testing.T) {
 	if v := l.emu.Violations(); len(v) != 0 {
 		t.Errorf("emulator violations: %s", violationReport(v))
 	}
+	delete(beats, ended) // a session of its own since
 	last := firstCheckin["kha-a"]
 	if firstCheckin["kha-b"].After(last) {
 		last = firstCheckin["kha-b"]
 	}
 	t.Logf("failover: SIGKILL to r1 leading %v, to both nodes' first check-in answered by r1 %v (node lease %v, leader lease %v); "+
-		"all %d sessions kept, %d heartbeats since the kill at least per shard, 0 new Identifies",
-		leaderAt.Sub(killed).Round(time.Millisecond), last.Sub(killed).Round(time.Millisecond), nodeLease, leaderLease, khaShards, minBeats(beats, before))
+		"%d of %d sessions kept, %d heartbeats since the kill at least per shard; shard %d's ended session identified again %v before r1 led",
+		leaderAt.Sub(killed).Round(time.Millisecond), last.Sub(killed).Round(time.Millisecond), nodeLease, leaderLease, khaShards-1, khaShards,
+		minBeats(beats, before), ended, leaderAt.Sub(reidentAt).Round(time.Millisecond))
 }
 
-// minBeats is the fewest heartbeats any shard sent since before.
+// minBeats is the fewest heartbeats any shard of now sent since before.
 func minBeats(now map[int]int64, before map[int]gatewayemu.SessionInfo) int64 {
 	m := int64(-1)
-	for sh, b := range before {
-		if d := now[sh] - b.Heartbeats; m < 0 || d < m {
+	for sh, n := range now {
+		if d := n - before[sh].Heartbeats; m < 0 || d < m {
 			m = d
 		}
 	}
