@@ -140,8 +140,8 @@ type replica struct {
 	// fallbackAt is when a check-in that the leader did not answer was
 	// last logged (fallbackNews).
 	fallbackAt time.Time
-	// leaderDown is, per leader URL, until when node requests this
-	// replica may answer itself skip forwarding (leaderFailed).
+	// leaderDown is, per leader URL, until when Identify claims skip
+	// forwarding (leaderFailed).
 	leaderDown map[string]time.Time
 }
 
@@ -497,7 +497,7 @@ func (r *replica) forward(h http.Handler) http.Handler {
 			fallback = func(w http.ResponseWriter) { h.ServeHTTP(w, local) }
 		}
 		if role.LeaderURL == "" || role.LeaderURL == self || req.Header.Get(forwardedHeader) != "" ||
-			(fallback != nil && r.leaderIsDown(role.LeaderURL)) {
+			(fallback != nil && req.URL.Path == "/v1/identify" && r.leaderIsDown(role.LeaderURL)) {
 			if fallback != nil {
 				fallback(w)
 				return
@@ -531,11 +531,13 @@ func (r *replica) fallbackNews() bool {
 
 // leaderFailed notes that the leader at target did not answer a node
 // request this replica then answered itself: for the next sixth of the
-// node lease (at most a third of the leader lease) such requests are
+// node lease (at most a third of the leader lease) Identify claims are
 // answered here without trying the leader first. A forwarding attempt
-// costs up to the proxy's timeouts, and an Identify grant answered that
-// late is past its use_within_ms (a quarter second by default): the node
-// would discard it and its budget would be spent for nothing.
+// costs up to the proxy's timeouts, and a grant answered that late is
+// past its use_within_ms (a quarter second by default): the node would
+// discard it and its budget would be spent for nothing. Check-ins still
+// try the leader first: one that changes state (an acknowledgement, a
+// joining node) needs it, and a renewal has a third of the node lease.
 func (r *replica) leaderFailed(target string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
