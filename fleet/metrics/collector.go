@@ -60,6 +60,10 @@ var (
 	descNodeSkipped  = desc("node_delivery_skipped", "Dispatches the node's shards did not publish because their event type is skipped.", "node")
 	descNodeLag      = desc("node_delivery_lag", "Received minus acknowledged sequence, summed over the node's shards with a resumable session.", "node")
 	descNodeBroker   = desc("node_broker_up", "1 while the node's connection to the NATS broker is up, 0 while down, as its latest check-in reported (absent without a report).", "node")
+	descActing       = desc("replica_acting", "1 while this dpxe serve process acts on the fleet: a single controller, or the leading replica; 0 for a follower (docs/ha.md).")
+	descTerm         = desc("replica_term", "The latest leader term this replica saw (0 for a single controller).")
+	descFollowCheck  = desc("replica_follower_checkins_total", "Node check-ins this replica answered itself because no leader answered them (renewals without a leader, docs/ha.md).")
+	descFollowGrant  = desc("replica_follower_grants_total", "Identify claims this replica granted itself because no leader answered them (docs/ha.md).")
 	descNodeSeries   = desc("metrics_node_series", "1 when this scrape has the series labelled by node (--metrics-node-series; by default only while the inventory has at most --metrics-node-series-limit nodes).")
 )
 
@@ -71,6 +75,7 @@ func (f *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
 		descRebalancing, descMaxConc, descBudgetTotal, descBudgetLeft, descBudgetRes, descBudgetReset, descReady,
 		descUnready, descPingBound, descShardPing, descNodeUp, descNodeDraining, descNodeCap, descNodeShards,
 		descNodeLease, descNodeMisses, descNodeReconn, descNodePing, descRefusals, descNodeSeries,
+		descActing, descTerm, descFollowCheck, descFollowGrant,
 		descNBRequests, descNBAnswers, descNBRefusals, descNBErrors, descNBBytes,
 		descDelPublished, descDelRate, descDelInFlight, descDelLost, descDelSkipped, descDelLag, descDelNodes,
 		descNodePub, descNodeRate, descNodeInFlight, descNodeLost, descNodeSkipped, descNodeLag, descNodeBroker} {
@@ -269,6 +274,13 @@ func (f *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- gauge(descNodes, down, "down")
 	ch <- fleetPing.metric(descShardPing)
 	ch <- gauge(descNodeSeries, boolf(perNode))
+
+	role := f.m.c.Role()
+	checkins, grants := f.m.c.FollowerAnswers()
+	ch <- gauge(descActing, boolf(!role.HA || role.Leading))
+	ch <- gauge(descTerm, float64(role.Term))
+	ch <- prometheus.MustNewConstMetric(descFollowCheck, prometheus.CounterValue, float64(checkins))
+	ch <- prometheus.MustNewConstMetric(descFollowGrant, prometheus.CounterValue, float64(grants))
 
 	ch <- gauge(descGeneration, float64(fs.Generation))
 	ch <- gauge(descTotalShards, float64(fs.TotalShards))

@@ -296,6 +296,71 @@ dpxe_identify_refusals_total{reason="other"} 1
 	}
 }
 
+// TestReplicaMetrics: a single controller says it acts, at term 0; a
+// replica that does not lead says it does not, and counts the check-ins it
+// answered itself (here one, with no leader at all: renewals without a
+// leader) as a counter.
+func TestReplicaMetrics(t *testing.T) {
+	f := newFleet(t, controller.Config{TotalShards: 4, Lease: 10 * time.Second})
+	addNodes(t, f.c, "a")
+	f.settle(t, []string{"a"}, 4, func(string, uint32) *appliance.ShardStatus {
+		return &appliance.ShardStatus{State: appliance.ShardReady, PingMS: 10}
+	})
+	single := metrics.New(f.c, metrics.Options{Refusals: security.New(nil)})
+	want := `
+# HELP dpxe_replica_acting 1 while this dpxe serve process acts on the fleet: a single controller, or the leading replica; 0 for a follower (docs/ha.md).
+# TYPE dpxe_replica_acting gauge
+dpxe_replica_acting 1
+# HELP dpxe_replica_term The latest leader term this replica saw (0 for a single controller).
+# TYPE dpxe_replica_term gauge
+dpxe_replica_term 0
+# HELP dpxe_replica_follower_checkins_total Node check-ins this replica answered itself because no leader answered them (renewals without a leader, docs/ha.md).
+# TYPE dpxe_replica_follower_checkins_total counter
+dpxe_replica_follower_checkins_total 0
+`
+	names := []string{"dpxe_replica_acting", "dpxe_replica_term", "dpxe_replica_follower_checkins_total"}
+	if err := testutil.GatherAndCompare(single.Registry(), strings.NewReader(want), names...); err != nil {
+		t.Fatal(err)
+	}
+	// A second process on the same store, as a replica that follows and
+	// answers a's check-in itself: a's stored lease runs (written under a
+	// leader term that has ended since) and a applied the stored plan.
+	ctx := context.Background()
+	if err := f.c.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l, err := f.st.Campaign(ctx, "gone", "http://gone", time.Minute)
+	if err != nil || !l.Leader {
+		t.Fatalf("campaign: %+v %v", l, err)
+	}
+	if err := f.st.RenewLease(ctx, store.Fence{Holder: "gone", Term: l.Term}, "a", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.st.Resign(ctx, "gone", l.Term); err != nil {
+		t.Fatal(err)
+	}
+	fc, err := controller.New(ctx, f.st, controller.Config{TotalShards: 4, Lease: 10 * time.Second, Replica: true}, f.clock.now, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc.EnableHA(nil)
+	if _, err := fc.Checkin(controller.AnswerAsFollower(ctx), &appliance.CheckinRequest{NodeID: "a", Capacity: 4, Generation: f.gen["a"]}, "127.0.0.1"); err != nil {
+		t.Fatal(err)
+	}
+	follower := metrics.New(fc, metrics.Options{Refusals: security.New(nil)})
+	want = `
+# HELP dpxe_replica_acting 1 while this dpxe serve process acts on the fleet: a single controller, or the leading replica; 0 for a follower (docs/ha.md).
+# TYPE dpxe_replica_acting gauge
+dpxe_replica_acting 0
+# HELP dpxe_replica_follower_checkins_total Node check-ins this replica answered itself because no leader answered them (renewals without a leader, docs/ha.md).
+# TYPE dpxe_replica_follower_checkins_total counter
+dpxe_replica_follower_checkins_total 1
+`
+	if err := testutil.GatherAndCompare(follower.Registry(), strings.NewReader(want), "dpxe_replica_acting", "dpxe_replica_follower_checkins_total"); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestSeriesBounded: the number of series depends on the nodes, never on
 // the shard count.
 func TestSeriesBounded(t *testing.T) {
