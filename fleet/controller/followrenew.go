@@ -229,7 +229,7 @@ func (c *Controller) followerIdentify(ctx context.Context, req appliance.Identif
 	resp := appliance.IdentifyResponse{ShardID: req.ShardID, Bucket: bucket}
 	refuse := func(reason appliance.IdentifyReason, after time.Duration) (appliance.IdentifyResponse, error) {
 		resp.Reason = reason
-		resp.RetryAfterMS = max(1, int64((after+time.Millisecond-1)/time.Millisecond))
+		resp.RetryAfterMS = retryAfterMS(after)
 		return resp, nil
 	}
 	if req.ShardID >= total {

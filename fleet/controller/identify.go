@@ -50,7 +50,7 @@ func (c *Controller) Identify(ctx context.Context, req appliance.IdentifyRequest
 	resp := appliance.IdentifyResponse{ShardID: req.ShardID, Bucket: bucket}
 	refuse := func(reason appliance.IdentifyReason, after time.Duration, detail ...string) (appliance.IdentifyResponse, error) {
 		resp.Reason = reason
-		resp.RetryAfterMS = max(1, int64((after+time.Millisecond-1)/time.Millisecond))
+		resp.RetryAfterMS = retryAfterMS(after)
 		if t.Sub(n.lastRefusalEv) >= c.cfg.IdentifyWindow {
 			// One refusal event per node per window keeps the log small.
 			n.lastRefusalEv = t
@@ -178,13 +178,19 @@ func (c *Controller) grantRefused(t time.Time, n *node, req appliance.IdentifyRe
 		c.budget.Remaining = min(c.budget.Remaining+1, c.cfg.SessionReserve)
 		resp.Reason, after = appliance.ReasonBudget, c.budget.ResetAt.Sub(now)
 	}
-	resp.RetryAfterMS = max(1, int64((after+time.Millisecond-1)/time.Millisecond))
+	resp.RetryAfterMS = retryAfterMS(after)
 	if now.Sub(n.lastRefusalEv) >= c.cfg.IdentifyWindow {
 		n.lastRefusalEv = now
 		c.eventLocked(now, EventIdentifyRefused, n.id, &req.ShardID, string(resp.Reason)+": "+r.Error())
 	}
 	c.mu.Unlock()
 	return resp, nil
+}
+
+// retryAfterMS is a refusal's retry_after_ms for a wait of d: whole
+// milliseconds, rounded up, at least 1.
+func retryAfterMS(d time.Duration) int64 {
+	return max(1, int64((d+time.Millisecond-1)/time.Millisecond))
 }
 
 // lastCloseCode is the close code n last reported for shard s, 0 if none.

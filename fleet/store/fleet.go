@@ -580,10 +580,8 @@ func (s *Store) Apply(ctx context.Context, b *Batch) (err error) {
 		}
 	}
 	if b.Budget != nil {
-		if _, err := tx.exec(ctx, `INSERT INTO session_budget(id, total, remaining, reset_at) VALUES(1, ?, ?, ?)
-			ON CONFLICT(id) DO UPDATE SET total = excluded.total, remaining = excluded.remaining, reset_at = excluded.reset_at`,
-			b.Budget.Total, b.Budget.Remaining, ms(b.Budget.ResetAt)); err != nil {
-			return fmt.Errorf("budget: %w", err)
+		if err := tx.writeBudget(ctx, *b.Budget); err != nil {
+			return err
 		}
 	}
 	if err := tx.writeHAState(ctx, b); err != nil {

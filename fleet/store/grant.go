@@ -215,12 +215,20 @@ func (t *txn) spendBudget(ctx context.Context, g Grant) (Budget, error) {
 	if b.Remaining < g.Reserve {
 		return Budget{}, &GrantRefused{Reason: ErrBudgetSpent, Detail: fmt.Sprintf("%d of %d left, reserve %d", b.Remaining+1, b.Total, g.Reserve)}
 	}
+	if err := t.writeBudget(ctx, b); err != nil {
+		return Budget{}, fmt.Errorf("store: identify grant: %w", err)
+	}
+	return b, nil
+}
+
+// writeBudget stores b as the session budget (a batch's, or a grant's).
+func (t *txn) writeBudget(ctx context.Context, b Budget) error {
 	if _, err := t.exec(ctx, `INSERT INTO session_budget(id, total, remaining, reset_at) VALUES(1, ?, ?, ?)
 		ON CONFLICT(id) DO UPDATE SET total = excluded.total, remaining = excluded.remaining, reset_at = excluded.reset_at`,
 		b.Total, b.Remaining, ms(b.ResetAt)); err != nil {
-		return Budget{}, fmt.Errorf("store: identify grant: budget: %w", err)
+		return fmt.Errorf("budget: %w", err)
 	}
-	return b, nil
+	return nil
 }
 
 // ownerView reads what the store shows about nodeID for a follower's
