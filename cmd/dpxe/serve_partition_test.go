@@ -95,11 +95,12 @@ func (c *haCluster) healthRole(i int) (string, uint64, bool) {
 // other replicas and the nodes over another. While r0 leads, the test
 // first sets the other veth down for two node leases: r0 keeps leading,
 // the followers renew the nodes' leases themselves, no node stops a
-// shard, and a session invalidated on each node identifies again through
-// a follower's grant (DPXE_HA_MUTATION=no-follower-renewal, followers
-// answering 503 as before, fails there; =no-follower-grants, followers
-// answering 503 to claims only, too). Then it sets the database veth down (a partition: packets vanish, connections
-// stay half-open). It asserts that r0 stops saying it leads within its
+// shard, and a session invalidated on each node (once a follower answers
+// the nodes) identifies again through a follower's grant
+// (DPXE_HA_MUTATION=no-follower-renewal, followers answering 503 as
+// before, fails there; =no-follower-grants, followers answering 503 to
+// claims only, too). Then it sets the database veth down (a partition:
+// packets vanish, connections stay half-open). It asserts that r0 stops saying it leads within its
 // leader lease and logs that it lost the lease, that another replica
 // leads with a higher term, that the nodes see no double owner, no
 // Identify grants closer than the window, no budget overrun, no 5xx but
@@ -235,16 +236,27 @@ func TestReplicaPartitionedFromDatabase(t *testing.T) {
 	t.Logf("partition: %s down, r0 leads term %d and keeps its database", webNS, term)
 	webCut := time.Now()
 	ipCmd(t, "-n", ns.Name, "link", "set", webNS, "down")
-	// A second in, Discord invalidates one session on every node: each
-	// claims an Identify, and only a follower can grant it.
-	time.Sleep(time.Second)
+	// Once a follower answers the nodes, Discord invalidates one session
+	// on every node: each claims an Identify, and only a follower can
+	// grant it.
+	for {
+		h1, _ := c.health(1)
+		h2, _ := c.health(2)
+		if h1.FollowerCheckins+h2.FollowerCheckins > 0 {
+			break
+		}
+		if time.Since(webCut) > haNodeLease {
+			t.Fatalf("no follower answered a check-in %v after the leader was cut off from the nodes\n%s", haNodeLease, c.logTail())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	dropped := 0
 	for _, n := range nodes {
 		if _, ok := n.dropSession(); ok {
 			dropped++
 		}
 	}
-	time.Sleep(time.Until(webCut.Add(2*haNodeLease + time.Second)))
+	time.Sleep(time.Until(webCut.Add(2*haNodeLease + time.Second))) // the partition's own length: two node leases
 	webHeal := time.Now()
 	if n := hist.stopsBetween(webCut, webHeal); n > 0 || ownedShards(nodes) < haShards {
 		hist.mu.Lock()
