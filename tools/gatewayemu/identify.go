@@ -310,19 +310,31 @@ func (c *conn) resume(raw json.RawMessage) {
 	c.phase = phaseReady
 	e.mu.Unlock()
 
-	// Attach and replay under the session lock only, so dispatches raised
-	// meanwhile land in the buffer and are replayed in order.
+	// Attach and replay under the session's send lock, so dispatches
+	// raised meanwhile land in the buffer and follow the replay in order.
+	s.sendMu.Lock()
 	s.mu.Lock()
 	ok := s.canReplayLocked(*d.Seq)
+	var replay [][]byte
 	if ok && !c.closing.Load() {
 		s.conn = c
 		s.resumes++
 		e.counters.resumes.Add(1) // before RESUMED is written: clients may look at once
-		e.replayLocked(s, c, *d.Seq)
+		replay = e.replayLocked(s, *d.Seq)
 	}
 	attached := s.conn == c
 	last := s.seq
 	s.mu.Unlock()
+	for i, f := range replay {
+		c.writeDispatch(f)
+		if i < len(replay)-1 {
+			e.counters.replayed.Add(1)
+		}
+	}
+	if len(replay) > 0 {
+		e.counters.dispatches.Add(1) // RESUMED
+	}
+	s.sendMu.Unlock()
 	if ok && !attached { // the connection closed meanwhile: stay resumable
 		e.mu.Lock()
 		c.sess = nil

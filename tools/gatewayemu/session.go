@@ -25,8 +25,18 @@ type session struct {
 	intents int64 // of the Identify
 	created time.Time
 
-	// mu orders dispatches: sequence numbers, the replay buffer and writes
-	// to the attached connection happen under it.
+	// sendMu orders what the session writes: a dispatch takes its sequence
+	// number and writes its frame under it, and a Resume attaches and
+	// replays under it, so frames reach a connection in sequence order.
+	// It is held across writes, which block for as long as a slow client
+	// keeps its TCP window closed: it is taken before mu and never while
+	// e.mu is held.
+	sendMu sync.Mutex
+	// mu guards the fields below and is held only briefly, never across a
+	// write: e.mu holders (State, detaching a connection) take it, and
+	// with a write under it every connection's read loop, which takes e.mu
+	// for each payload, waited on the slowest client (heartbeats that
+	// arrived on time were counted as missed).
 	mu            sync.Mutex
 	seq           int64
 	buf           []buffered // replay ring, oldest first
@@ -90,15 +100,18 @@ func (s *session) info(e *Emulator) SessionInfo {
 // sequence number, keeps the frame for replay and writes it to the attached
 // connection unless that connection was told to reconnect.
 func (e *Emulator) dispatch(s *session, t string, d any) {
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.ended {
+		s.mu.Unlock()
 		return
 	}
 	s.seq++
 	seq := s.seq
 	frame, err := json.Marshal(outPayload{Op: OpDispatch, D: d, S: &seq, T: &t})
 	if err != nil {
+		s.mu.Unlock()
 		e.log.Error("marshal dispatch", "t", t, "err", err)
 		return
 	}
@@ -107,8 +120,10 @@ func (e *Emulator) dispatch(s *session, t string, d any) {
 		// Trim in batches: keep the newest ReplayLimit, amortised O(1).
 		s.buf = append(make([]buffered, 0, 2*e.opts.ReplayLimit), s.buf[len(s.buf)-e.opts.ReplayLimit:]...)
 	}
+	c := s.conn
+	s.mu.Unlock()
 	e.counters.dispatches.Add(1)
-	if c := s.conn; c != nil && !c.draining.Load() {
+	if c != nil && !c.draining.Load() {
 		c.writeDispatch(frame)
 	}
 }
@@ -128,21 +143,21 @@ func (s *session) canReplayLocked(seq int64) bool {
 	return true
 }
 
-// replayLocked writes the buffered dispatches after seq to c, then RESUMED.
-// The caller checked canReplayLocked. s.mu must be held.
-func (e *Emulator) replayLocked(s *session, c *conn, seq int64) {
+// replayLocked returns the buffered dispatches after seq and a RESUMED
+// that it numbers, for the caller to write once it has released s.mu. The
+// caller checked canReplayLocked and holds s.sendMu and s.mu.
+func (e *Emulator) replayLocked(s *session, seq int64) [][]byte {
+	var frames [][]byte
 	for _, b := range s.buf {
 		if b.seq > seq {
-			c.writeDispatch(b.frame)
-			e.counters.replayed.Add(1)
+			frames = append(frames, b.frame)
 		}
 	}
 	s.seq++
 	rs := s.seq
 	t := "RESUMED"
 	frame, _ := json.Marshal(outPayload{Op: OpDispatch, D: map[string]any{}, S: &rs, T: &t})
-	c.writeDispatch(frame)
-	e.counters.dispatches.Add(1)
+	return append(frames, frame)
 }
 
 // readyData builds READY (research §1.7).

@@ -17,6 +17,12 @@ import (
 // wrote each ACK from its read loop, so the loop waited behind the large
 // message and the next heartbeat, on time, was counted as missed: the
 // kernel's large-message test failed that way on a loaded machine.)
+// Meanwhile the test reads the emulator's State as the end-to-end tests'
+// Await does, every 20 ms: the session's lock was held across the write,
+// State took it under the emulator's lock, and every read loop, which
+// takes that lock for each payload, waited behind the blocked write (the
+// kernel's flood test saw heartbeats that reached the host on time read
+// up to 3.8 s late).
 func TestHeartbeatsWhileALargeMessageWaits(t *testing.T) {
 	o := fastOptions()
 	// A deadline of 1.5 s + the grace: a heartbeat every 200 ms keeps it with
@@ -64,6 +70,27 @@ func TestHeartbeatsWhileALargeMessageWaits(t *testing.T) {
 	// Not reading: 25 heartbeats, 200 ms apart (5 s, three deadlines),
 	// while the GUILD_CREATE waits in the emulator's writer.
 	const beats = 25
+	stop := make(chan struct{})
+	type polls struct {
+		n       int
+		longest time.Duration
+	}
+	polled := make(chan polls)
+	go func() {
+		var p polls
+		defer func() { polled <- p }()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			t0 := time.Now()
+			emu.State()
+			p.n++
+			p.longest = max(p.longest, time.Since(t0))
+		}
+	}()
 	tick := time.NewTicker(200 * time.Millisecond)
 	for i := range beats {
 		c.send(OpHeartbeat, 1)
@@ -72,6 +99,9 @@ func TestHeartbeatsWhileALargeMessageWaits(t *testing.T) {
 		}
 	}
 	tick.Stop()
+	close(stop)
+	p := <-polled
+	t.Logf("State read %d times while the large message waited, the longest read took %v", p.n, p.longest)
 	if v := emu.Violations(); len(v) != 0 {
 		t.Fatalf("heartbeats sent on time while a large message waited counted as violations: %+v", v)
 	}
