@@ -640,18 +640,36 @@ func (c *conn) writeOp(op int, d any) {
 	c.write(frame, false)
 }
 
-// writeDispatch sends a dispatch frame, compressed per Identify compress:true.
-func (c *conn) writeDispatch(frame []byte) { c.writeKind(frame, c.compressD.Load(), true) }
+// writeDispatch sends a dispatch of session s, compressed per Identify
+// compress:true, unless, once it holds the connection's writer, s is no
+// longer attached to c or c was told to reconnect. s.mu is not held across
+// writes, so detaching a session does not wait for one on its way; this
+// check keeps a detach followed by op 9 or a close frame from being
+// followed in turn by that dispatch.
+func (c *conn) writeDispatch(s *session, frame []byte) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	s.mu.Lock()
+	attached := s.conn == c
+	s.mu.Unlock()
+	if !attached || c.draining.Load() {
+		return
+	}
+	c.writeLocked(frame, c.compressD.Load(), true)
+}
 
 // write sends one frame: through the zlib stream if the connection asked for
 // compress=zlib-stream, as a standalone zlib message if payloadZlib, else as
 // a text frame.
-func (c *conn) write(frame []byte, payloadZlib bool) { c.writeKind(frame, payloadZlib, false) }
-
-// writeKind is write that also tells the record whether frame is a dispatch.
-func (c *conn) writeKind(frame []byte, payloadZlib, dispatch bool) {
+func (c *conn) write(frame []byte, payloadZlib bool) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	c.writeLocked(frame, payloadZlib, false)
+}
+
+// writeLocked is write under c.wmu that also tells the record whether
+// frame is a dispatch.
+func (c *conn) writeLocked(frame []byte, payloadZlib, dispatch bool) {
 	ctx := context.Background()
 	if len(frame) > smallFrame {
 		// Small frames (Hello, ACK, op 7/9) fit the socket buffer of any

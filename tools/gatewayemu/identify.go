@@ -326,7 +326,7 @@ func (c *conn) resume(raw json.RawMessage) {
 	last := s.seq
 	s.mu.Unlock()
 	for i, f := range replay {
-		c.writeDispatch(f)
+		c.writeDispatch(s, f)
 		if i < len(replay)-1 {
 			e.counters.replayed.Add(1)
 		}

@@ -123,8 +123,8 @@ func (e *Emulator) dispatch(s *session, t string, d any) {
 	c := s.conn
 	s.mu.Unlock()
 	e.counters.dispatches.Add(1)
-	if c != nil && !c.draining.Load() {
-		c.writeDispatch(frame)
+	if c != nil {
+		c.writeDispatch(s, frame)
 	}
 }
 
