@@ -224,6 +224,23 @@ func (c *haCluster) leader(within time.Duration) (int, uint64) {
 	}
 }
 
+// await polls cond every 50 ms until it holds, and fails the test with
+// the replicas' log tail if it does not within the given time.
+func (c *haCluster) await(within time.Duration, what string, cond func() bool) {
+	c.t.Helper()
+	deadline := time.NewTimer(within)
+	defer deadline.Stop()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-deadline.C:
+			c.t.Fatalf("%s: not within %v\n%s", what, within, c.logTail())
+		}
+	}
+}
+
 func (c *haCluster) signal(i int, sig syscall.Signal) {
 	c.mu.Lock()
 	p := c.procs[i]

@@ -239,17 +239,11 @@ func TestReplicaPartitionedFromDatabase(t *testing.T) {
 	// Once a follower answers the nodes, Discord invalidates one session
 	// on every node: each claims an Identify, and only a follower can
 	// grant it.
-	for {
+	c.await(haNodeLease, "a follower answering a check-in after the leader was cut off from the nodes", func() bool {
 		h1, _ := c.health(1)
 		h2, _ := c.health(2)
-		if h1.FollowerCheckins+h2.FollowerCheckins > 0 {
-			break
-		}
-		if time.Since(webCut) > haNodeLease {
-			t.Fatalf("no follower answered a check-in %v after the leader was cut off from the nodes\n%s", haNodeLease, c.logTail())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return h1.FollowerCheckins+h2.FollowerCheckins > 0
+	})
 	dropped := 0
 	for _, n := range nodes {
 		if _, ok := n.dropSession(); ok {

@@ -316,23 +316,23 @@ func (c *conn) resume(raw json.RawMessage) {
 	s.mu.Lock()
 	ok := s.canReplayLocked(*d.Seq)
 	var replay [][]byte
+	var resumed []byte
 	if ok && !c.closing.Load() {
 		s.conn = c
 		s.resumes++
 		e.counters.resumes.Add(1) // before RESUMED is written: clients may look at once
-		replay = e.replayLocked(s, *d.Seq)
+		replay, resumed = e.replayLocked(s, *d.Seq)
 	}
 	attached := s.conn == c
 	last := s.seq
 	s.mu.Unlock()
-	for i, f := range replay {
+	for _, f := range replay {
 		c.writeDispatch(s, f)
-		if i < len(replay)-1 {
-			e.counters.replayed.Add(1)
-		}
+		e.counters.replayed.Add(1)
 	}
-	if len(replay) > 0 {
-		e.counters.dispatches.Add(1) // RESUMED
+	if resumed != nil {
+		c.writeDispatch(s, resumed)
+		e.counters.dispatches.Add(1)
 	}
 	s.sendMu.Unlock()
 	if ok && !attached { // the connection closed meanwhile: stay resumable

@@ -146,18 +146,17 @@ func (s *session) canReplayLocked(seq int64) bool {
 // replayLocked returns the buffered dispatches after seq and a RESUMED
 // that it numbers, for the caller to write once it has released s.mu. The
 // caller checked canReplayLocked and holds s.sendMu and s.mu.
-func (e *Emulator) replayLocked(s *session, seq int64) [][]byte {
-	var frames [][]byte
+func (e *Emulator) replayLocked(s *session, seq int64) (replay [][]byte, resumed []byte) {
 	for _, b := range s.buf {
 		if b.seq > seq {
-			frames = append(frames, b.frame)
+			replay = append(replay, b.frame)
 		}
 	}
 	s.seq++
 	rs := s.seq
 	t := "RESUMED"
-	frame, _ := json.Marshal(outPayload{Op: OpDispatch, D: map[string]any{}, S: &rs, T: &t})
-	return append(frames, frame)
+	resumed, _ = json.Marshal(outPayload{Op: OpDispatch, D: map[string]any{}, S: &rs, T: &t})
+	return replay, resumed
 }
 
 // readyData builds READY (research §1.7).

@@ -79,11 +79,13 @@ func TestHeartbeatsWhileALargeMessageWaits(t *testing.T) {
 	go func() {
 		var p polls
 		defer func() { polled <- p }()
+		poll := time.NewTicker(20 * time.Millisecond)
+		defer poll.Stop()
 		for {
 			select {
 			case <-stop:
 				return
-			case <-time.After(20 * time.Millisecond):
+			case <-poll.C:
 			}
 			t0 := time.Now()
 			emu.State()
